@@ -1,0 +1,29 @@
+"""torchmux: make unmodified PyTorch programs fast by letting every backend compete, per graph."""
+
+from __future__ import annotations
+
+from .autotune.dispatch import TorchmuxFallbackWarning
+from .core.api import compile
+from .core.backend import Availability, Backend, CompiledGraph, CompileRequest
+from .core.errors import (
+    BackendUnavailableError,
+    BadArgumentError,
+    FullGraphError,
+    IRLintError,
+    PluginError,
+    TorchmuxError,
+    UnknownBackendError,
+)
+from .core.hookspecs import hookimpl
+from .core.ir import GraphIR, ReferenceInterpreter, TensorSpec
+from .core.registry import BackendInfo, list_backends, register_plugin
+from .frontends.explain import ExplainReport, explain
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Availability", "Backend", "BackendInfo", "BackendUnavailableError", "BadArgumentError", "CompileRequest",
+    "CompiledGraph", "ExplainReport", "FullGraphError", "GraphIR", "IRLintError", "PluginError",
+    "ReferenceInterpreter", "TensorSpec", "TorchmuxError", "TorchmuxFallbackWarning", "UnknownBackendError",
+    "compile", "explain", "hookimpl", "list_backends", "register_plugin", "__version__",
+]

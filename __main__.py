@@ -1,0 +1,5 @@
+import sys
+
+from .core.cli import main
+
+sys.exit(main())

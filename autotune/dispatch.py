@@ -1,0 +1,145 @@
+"""The callable that stands in for one captured graph: it chooses, on first call, where the graph runs.
+
+Each distinct input signature (shapes, dtypes, devices) gets its own decision. With one named backend
+the decision is "that backend, if its first answer is right, else eager"; with several it is the
+tuner's (tuner.py). Whatever goes wrong in a backend ends in a :class:`TorchmuxFallbackWarning` and the
+eager graph, never in a wrong result or a crash of the user's program.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+import warnings
+from typing import Any, Sequence
+
+import torch
+
+from ..core import settings
+from ..core.config import CompileConfig
+from ..core.ir import GraphIR
+from ..core.registry import get_registry
+from .partition import build_placement
+from .tuner import Decision, Measurement, choose, measure
+
+
+class TorchmuxFallbackWarning(UserWarning):
+    """A backend failed, crashed or answered wrong on a graph, and torchmux ran the graph another way."""
+
+
+def _signature(args: Sequence[Any]) -> tuple:
+    return tuple(
+        (tuple(a.shape), a.dtype, a.device.type, a.device.index) if isinstance(a, torch.Tensor) else (type(a), a)
+        for a in args
+    )
+
+
+class GraphRunner:
+    """Runs one normalized graph on the backend chosen for its input signature."""
+
+    def __init__(self, ir: GraphIR, config: CompileConfig) -> None:
+        self.ir = ir
+        self.config = config
+        self.decisions: dict[tuple, Decision] = {}
+        self._fns: dict[tuple, Any] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, *args: Any) -> list[Any]:
+        sig = _signature(args)
+        fn = self._fns.get(sig)
+        if fn is None:
+            with self._lock:
+                fn = self._fns.get(sig) or self._decide_in_clean_thread(sig, args)
+        return fn(*args)
+
+    def _decide_in_clean_thread(self, sig: tuple, args: Sequence[Any]) -> Any:
+        """Backends compile in a fresh thread: the first call may come from inside AOTAutograd's runtime
+        (an autograd.Function, dispatch keys excluded), whose thread-local state breaks compilers that
+        trace (Inductor runs AOTAutograd itself)."""
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                with torch.no_grad():
+                    box["fn"] = self._decide(sig, args)
+            except BaseException as e:  # re-raised in the caller's thread
+                box["error"] = e
+
+        t = threading.Thread(target=work, name=f"torchmux-{self.ir.name}")
+        t.start()
+        t.join()
+        if "error" in box:
+            raise box["error"]
+        return box["fn"]
+
+    # ------------------------------------------------------------------------------------------
+    def _candidates(self, args: Sequence[Any]) -> list:
+        device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
+        out = []
+        for b in self.config.backends:
+            if not b.supports_device(device):
+                continue
+            if not self.ir.is_static and not getattr(b, "dynamic_shapes", False):
+                continue
+            out.append(b)
+        return out
+
+    def _decide(self, sig: tuple, args: Sequence[Any]) -> Any:
+        config = self.config
+        candidates = self._candidates(args)
+        registry = get_registry()
+        if not config.auto and len(config.backends) == 1 and candidates and candidates[0].name == "eager":
+            placement = build_placement(self.ir, candidates[0], args, mode=config.mode, options={})
+            decision = Decision(Measurement("eager", math.nan, True, placement=placement), [])
+        else:
+            verify = config.auto or config.get("verify")
+            results = measure(
+                self.ir, candidates, args, mode=config.mode, options=config.options_for,
+                time_budget=float(config.get("autotune_budget")), timed=config.auto,
+            ) if verify else self._unverified(candidates, args)
+            for m in results:
+                registry.notify("torchmux_candidate_measured", ir=self.ir, backend=m.backend,
+                                seconds=m.seconds, ok=m.ok, reason=m.reason)
+            best = choose(results)
+            failed = [m for m in results if not m.ok]
+            if not candidates:
+                why = (f"backend {config.names[0]!r} does not run on {args[0].device.type if args else '?'}"
+                       f"{' or with symbolic shapes' if not self.ir.is_static else ''}")
+                failed = [Measurement(config.names[0], math.inf, False, why)]
+            if best is None:
+                best = self._eager_fallback(args)
+                results = list(results) + [best]
+            if failed and (not config.auto or settings.VERBOSE.get()):
+                warnings.warn(
+                    f"torchmux: on graph {self.ir.name} ({len(self.ir.op_nodes)} ops), "
+                    + "; ".join(f"{m.backend} {m.reason}" for m in failed)
+                    + f". Running it on {best.backend} instead.",
+                    TorchmuxFallbackWarning, stacklevel=3,
+                )
+            decision = Decision(best, list(results))
+        if settings.VERBOSE.get():
+            print(f"[torchmux] {self.ir.name} {list(sig)[:2]}: "
+                  + " | ".join(m.summary for m in decision.measurements) + f" -> {decision.backend}", file=sys.stderr)
+        self.decisions[sig] = decision
+        fn = decision.chosen.placement.fn  # type: ignore[union-attr]
+        self._fns[sig] = fn
+        return fn
+
+    def _unverified(self, candidates: list, args: Sequence[Any]) -> list[Measurement]:
+        out = []
+        for b in candidates:
+            try:
+                p = build_placement(self.ir, b, args, mode=self.config.mode, options=self.config.options_for(b.name))
+                out.append(Measurement(b.name, math.nan, True, placement=p))
+            except Exception as e:
+                out.append(Measurement(b.name, math.inf, False, f"compile failed: {type(e).__name__}: {e}"))
+        return out
+
+    def _eager_fallback(self, args: Sequence[Any]) -> Measurement:
+        eager = get_registry().get("eager")
+        return Measurement("eager", math.nan, True, placement=build_placement(self.ir, eager, args, mode=None, options={}))
+
+    # ------------------------------------------------------------------------------------------
+    def placements(self) -> list[Decision]:
+        return list(self.decisions.values())

@@ -1,0 +1,141 @@
+"""Place a graph on one backend: the ops it claims run on it, the rest run eagerly between them.
+
+``build_placement`` asks the backend's ``supports(node)`` for every op, groups the claimed ops into
+maximal connected regions with torch.fx's capability-based partitioner, turns each region into its own
+normalized :class:`GraphIR` and compiles it on the backend. The parent graph keeps the unclaimed ops
+and calls the compiled regions in between.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx as fx
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from ..core.backend import Backend, CompileRequest
+from ..core.ir import GraphIR
+
+# Ops that move no data: a region made only of these is not worth a backend call.
+_TRIVIAL = {"view", "_unsafe_view", "reshape", "expand", "permute", "t", "squeeze", "unsqueeze", "getitem",
+            "slice", "select", "alias", "detach", "transpose", "clone"}
+
+
+@dataclass
+class Placement:
+    """A graph compiled for one backend: the callable, and how many ops landed where."""
+
+    backend: str
+    fn: Callable[..., Sequence[Any]]
+    ops_on_backend: int
+    ops_eager: int
+    regions: int
+    compile_seconds: float
+    kernels: int | None = None  # for code generators: how many kernels the graph became
+    notes: list[str] = field(default_factory=list)
+
+
+class _Claims(OperatorSupportBase):
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+
+    def is_node_supported(self, submodules: Any, node: fx.Node) -> bool:
+        if node.op != "call_function":
+            return False
+        try:
+            return bool(self.backend.supports(node))
+        except Exception:  # a capability check that raises is a "no"
+            return False
+
+
+def unsupported_ops(ir: GraphIR, backend: Backend) -> list[fx.Node]:
+    claims = _Claims(backend)
+    return [n for n in ir.op_nodes if not claims.is_node_supported(None, n)]
+
+
+class _Region(torch.nn.Module):
+    """Stands in for a fused submodule: calls the compiled region, returns what the submodule returned."""
+
+    def __init__(self, fn: Callable[..., Sequence[Any]], single: bool) -> None:
+        super().__init__()
+        self.fn, self.single = fn, single
+
+    def forward(self, *args: Any) -> Any:
+        out = self.fn(*args)
+        return out[0] if self.single else tuple(out)
+
+
+def _region_inputs(parent: fx.GraphModule, args: Sequence[Any]) -> dict[str, list[Any]]:
+    """Run the parent once eagerly and record the real arguments each fused region receives."""
+    seen: dict[str, list[Any]] = {}
+
+    class Rec(fx.Interpreter):
+        def call_module(self, target: Any, a: Any, kw: Any) -> Any:
+            seen[str(target)] = list(a)
+            return super().call_module(target, a, kw)
+
+    Rec(parent).run(*args)
+    return seen
+
+
+def build_placement(
+    ir: GraphIR, backend: Backend, args: Sequence[Any], *, mode: str | None, options: dict[str, Any]
+) -> Placement:
+    """Compile ``ir`` for ``backend``; raises whatever the backend raises (the tuner records it)."""
+    t0 = time.perf_counter()
+    n_ops = len(ir.op_nodes)
+    rejected = unsupported_ops(ir, backend)
+    if not rejected:
+        fn = backend.compile(CompileRequest(ir, list(args), mode, options))
+        return Placement(backend.name, fn, n_ops, 0, 1, time.perf_counter() - t0, kernels=getattr(fn, "kernel_count", None))
+
+    gm = copy.deepcopy(ir.gm)
+    partitioner = CapabilityBasedPartitioner(gm, _Claims(backend), allows_single_node_partition=True)
+    partitions = [
+        p for p in partitioner.propose_partitions()
+        if any(_base_name(n) not in _TRIVIAL for n in p.nodes)
+    ]
+    if not partitions:
+        raise NotImplementedError(f"claims none of the graph's {n_ops} ops (first unclaimed: {_base_name(rejected[0])})")
+    fused = partitioner.fuse_partitions(partitions)
+    calls = [n for n in fused.graph.nodes if n.op == "call_module"]
+    inputs = _region_inputs(fused, args)
+    on_backend, kernels = 0, 0
+    for i, call in enumerate(calls):
+        sub: fx.GraphModule = getattr(fused, str(call.target))
+        for ph, arg in zip([n for n in sub.graph.nodes if n.op == "placeholder"], call.args):
+            if isinstance(arg, fx.Node) and "val" in arg.meta:
+                ph.meta["val"] = arg.meta["val"]
+        out_node = next(n for n in reversed(sub.graph.nodes) if n.op == "output")
+        single = not isinstance(out_node.args[0], (tuple, list))
+        if single:
+            out_node.args = ((out_node.args[0],),)
+            sub.recompile()
+        sub_ir = GraphIR(sub, name=f"{ir.name}.{backend.name}{i}", phase=ir.phase)
+        fn = backend.compile(CompileRequest(sub_ir, inputs[str(call.target)], mode, options))
+        kernels += getattr(fn, "kernel_count", 0) or 0
+        on_backend += len(sub_ir.op_nodes)
+        setattr(fused, str(call.target), _Region(fn, single))
+    forward = fused.forward
+
+    def run(*a: Any) -> list[Any]:
+        return list(forward(*a))
+
+    names = sorted({_base_name(n) for n in rejected})
+    return Placement(
+        backend.name, run, on_backend, n_ops - on_backend, len(calls), time.perf_counter() - t0,
+        kernels=kernels or None, notes=[f"ran eagerly (not claimed): {', '.join(names[:8])}{'...' if len(names) > 8 else ''}"],
+    )
+
+
+def _base_name(node: fx.Node) -> str:
+    t = node.target
+    name = getattr(t, "__name__", str(t))
+    if isinstance(t, torch._ops.OpOverload):
+        name = t._schema.name.split("::")[-1]
+    return name

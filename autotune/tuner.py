@@ -1,0 +1,142 @@
+"""Pick a backend for a graph by measurement, never by trust.
+
+For one graph and the real inputs of its first call:
+
+1. run the reference interpreter once: that is the answer;
+2. compile every candidate backend (its claimed ops on it, the rest eagerly, see partition.py);
+3. run each once and compare with the answer (core/compare.py): a wrong answer is a failure;
+4. time the correct ones in interleaved rounds (so machine noise hits them alike), take medians;
+5. choose the fastest correct candidate.
+
+A candidate that fails to compile, crashes or answers wrong gets an infinite cost and a recorded
+reason (Triton's autotuner treats failures the same way). It never reaches the user: eager is always a
+candidate, and it is the reference's own ops.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ..core.backend import Backend
+from ..core.compare import mismatch
+from ..core.ir import GraphIR
+from .partition import Placement, build_placement
+
+
+@dataclass
+class Measurement:
+    """One candidate's result. ``seconds`` is the median latency, ``inf`` when it failed."""
+
+    backend: str
+    seconds: float
+    ok: bool
+    reason: str = ""
+    compile_seconds: float = 0.0
+    placement: Placement | None = None
+    samples: list[float] = field(default_factory=list)
+
+    @property
+    def summary(self) -> str:
+        if not self.ok:
+            return f"{self.backend}: failed ({self.reason})"
+        p = self.placement
+        split = f", {p.ops_eager} ops eager" if p and p.ops_eager else ""
+        return f"{self.backend}: {self.seconds * 1e3:.3f} ms{split}"
+
+
+@dataclass
+class Decision:
+    chosen: Measurement
+    measurements: list[Measurement]
+
+    @property
+    def backend(self) -> str:
+        return self.chosen.backend
+
+
+def _sync(args: Sequence[Any]) -> None:
+    if any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
+        torch.cuda.synchronize()
+
+
+def _time_once(fn: Callable[..., Any], args: Sequence[Any]) -> float:
+    _sync(args)
+    t0 = time.perf_counter()
+    fn(*args)
+    _sync(args)
+    return time.perf_counter() - t0
+
+
+def _short(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()
+    first = msg[0] if msg else ""
+    where = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
+    loc = f" at {where.filename.split('/')[-1]}:{where.lineno}" if where else ""
+    return f"{type(e).__name__}: {first[:300]}{loc}"
+
+
+def measure(
+    ir: GraphIR,
+    backends: Sequence[Backend],
+    args: Sequence[Any],
+    *,
+    mode: str | None = None,
+    options: Callable[[str], dict[str, Any]] = lambda name: {},
+    time_budget: float = 0.5,
+    max_rounds: int = 25,
+    timed: bool = True,
+) -> list[Measurement]:
+    """Compile, check and (if ``timed``) time every backend on ``args``. Never raises for a backend's fault."""
+    reference = ir.run_reference(*args)
+    results: list[Measurement] = []
+    live: list[tuple[Measurement, Callable[..., Any]]] = []
+    for backend in backends:
+        t0 = time.perf_counter()
+        try:
+            placement = build_placement(ir, backend, args, mode=mode, options=options(backend.name))
+        except Exception as e:
+            results.append(Measurement(backend.name, math.inf, False, f"compile failed: {_short(e)}", time.perf_counter() - t0))
+            continue
+        m = Measurement(backend.name, math.inf, False, "", placement.compile_seconds, placement)
+        results.append(m)
+        try:
+            first = _time_once(placement.fn, args)  # also the warm-up
+            out = placement.fn(*args)
+        except Exception as e:
+            m.reason = f"crashed: {_short(e)}"
+            continue
+        wrong = mismatch(out, reference)
+        if wrong:
+            m.reason = f"wrong answer: {wrong}"
+            continue
+        m.ok = True
+        m.seconds = first
+        live.append((m, placement.fn))
+
+    if timed and len(live) > 1:
+        per_round = sum(m.seconds for m, _ in live)
+        rounds = max(3, min(max_rounds, int(time_budget / max(per_round, 1e-6))))
+        for _ in range(rounds):
+            for m, fn in live:
+                try:
+                    m.samples.append(_time_once(fn, args))
+                except Exception as e:  # a candidate that crashes only sometimes is not trusted
+                    m.ok, m.reason = False, f"crashed while timed: {_short(e)}"
+        for m, _ in live:
+            if m.ok and m.samples:
+                m.seconds = statistics.median(m.samples)
+            elif not m.ok:
+                m.seconds = math.inf
+    return results
+
+
+def choose(results: Sequence[Measurement]) -> Measurement | None:
+    ok = [m for m in results if m.ok]
+    return min(ok, key=lambda m: m.seconds) if ok else None

@@ -1,0 +1,33 @@
+"""The smallest backend: run the normalized graph as it is, one ATen op at a time.
+
+It is the baseline every other backend is measured against, the fallback when all else fails, and
+the walkthrough in plugins.md. The graph module's generated ``forward`` calls the same ATen ops as the
+reference interpreter, without the interpreter's per-node Python dispatch.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import torchmux
+
+
+class EagerBackend(torchmux.Backend):
+    name = "eager"
+    devices = ("cpu", "cuda")
+    package = "torch"
+    description = "runs the ATen graph op by op (the baseline and the fallback)"
+    dynamic_shapes = True
+
+    def compile(self, request: torchmux.CompileRequest) -> torchmux.CompiledGraph:
+        forward = request.ir.gm.forward
+
+        def run(*args: torch.Tensor) -> list[torch.Tensor]:
+            return list(forward(*args))
+
+        return run
+
+
+@torchmux.hookimpl
+def torchmux_add_backends() -> list[torchmux.Backend]:
+    return [EagerBackend()]

@@ -1,0 +1,45 @@
+"""PyTorch's Inductor: hands the normalized ATen graph to ``torch._inductor.compile``.
+
+Inductor runs AOTAutograd once more over the graph (a no-op on a graph that is already functional
+Core ATen) and generates C++/OpenMP on the CPU (needs a C++ compiler) or Triton on a GPU.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import torch
+
+import torchmux
+
+
+class InductorBackend(torchmux.Backend):
+    name = "inductor"
+    devices = ("cpu", "cuda")
+    package = "torch"
+    description = "torch._inductor: C++/OpenMP on the CPU, Triton on the GPU"
+    dynamic_shapes = True
+
+    def availability(self) -> torchmux.Availability:
+        if not torch.cuda.is_available() and not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):
+            return torchmux.Availability.no("no C++ compiler on PATH (Inductor's CPU code needs g++ or clang++); install one, or use a GPU")
+        return torchmux.Availability.yes()
+
+    def compile(self, request: torchmux.CompileRequest) -> torchmux.CompiledGraph:
+        from torch._inductor import compile_fx
+
+        config_patches: dict = {}
+        if request.mode in ("max-autotune", "max-autotune-no-cudagraphs"):
+            config_patches.update(max_autotune=True)
+        config_patches.update(request.options)
+        compiled = compile_fx.compile_fx(request.ir.gm, list(request.example_inputs), config_patches=config_patches)
+
+        def run(*args: torch.Tensor) -> list[torch.Tensor]:
+            return list(compiled(*args))
+
+        return run
+
+
+@torchmux.hookimpl
+def torchmux_add_backends() -> list[torchmux.Backend]:
+    return [InductorBackend()]

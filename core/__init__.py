@@ -1,0 +1,1 @@
+"""torchmux's core: the IR, the hook specifications, the registry, the public API."""

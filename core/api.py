@@ -1,0 +1,99 @@
+"""``torchmux.compile``: torch.compile's signature, torchmux's backends."""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any, Callable
+
+import torch
+
+from .errors import BadArgumentError, FullGraphError
+
+
+def compile(
+    model: Callable[..., Any] | None = None,
+    *,
+    fullgraph: bool = False,
+    dynamic: bool | None = None,
+    backend: Any = "auto",
+    mode: str | None = None,
+    options: dict[str, Any] | None = None,
+    disable: bool = False,
+) -> Any:
+    """Compile ``model`` (an ``nn.Module`` or a function) the way ``torch.compile`` does, with torchmux's backends.
+
+    - ``backend``: ``"auto"`` (measure every available backend per graph, run the fastest correct one),
+      a backend name (``torchmux list`` shows them), a list of names for auto to choose among, or a
+      :class:`torchmux.Backend` object.
+    - ``fullgraph=True``: raise :class:`FullGraphError` naming the break and its file:line instead of
+      splitting the program.
+    - ``dynamic``: ``None`` or ``False`` specializes each graph to its input shapes (a new shape
+      recompiles, up to Dynamo's recompile limit), which every backend supports; ``True`` captures
+      symbolic shapes, which only backends with ``dynamic_shapes`` (eager, inductor) accept.
+    - ``mode``: as torch.compile's; ``"max-autotune"`` lets backends tune (TVM MetaSchedule, Inductor).
+    - ``options``: torchmux's own (``verify``, ``autotune_budget``) and per-backend options written
+      ``{"onnxruntime.providers": [...]}`` or ``{"onnxruntime": {"providers": [...]}}``.
+    - ``disable=True`` returns ``model`` unchanged.
+
+    Usable as a decorator, bare (``@torchmux.compile``) or with arguments (``@torchmux.compile(backend="eager")``).
+    """
+    if model is None:
+        return functools.partial(compile, fullgraph=fullgraph, dynamic=dynamic, backend=backend,
+                                 mode=mode, options=options, disable=disable)
+    if not callable(model):
+        raise BadArgumentError(f"compile() needs an nn.Module or a function, got {type(model).__name__}")
+    for arg, value in (("fullgraph", fullgraph), ("disable", disable)):
+        if not isinstance(value, bool):
+            raise BadArgumentError(f"{arg} must be True or False, got {value!r}")
+    if dynamic not in (None, True, False):
+        raise BadArgumentError(f"dynamic must be None, True or False, got {dynamic!r}")
+    if disable:
+        return model
+
+    from ..frontends.dynamo import TorchmuxDynamoBackend
+    from .config import resolve
+
+    config = resolve(backend, mode, options)
+    compiled = torch.compile(model, backend=TorchmuxDynamoBackend(config), fullgraph=fullgraph, dynamic=bool(dynamic))
+    if not fullgraph:
+        return compiled
+    if isinstance(compiled, torch.nn.Module):
+        compiled.forward = _explain_breaks(compiled.forward)
+        return compiled
+    return functools.wraps(model)(_explain_breaks(compiled))
+
+
+def _explain_breaks(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn Dynamo's fullgraph failure into a FullGraphError that names the reason and the user's line."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except torch._dynamo.exc.TorchDynamoException as e:
+            if isinstance(e, torch._dynamo.exc.BackendCompilerFailed):
+                raise
+            raise FullGraphError(_fullgraph_message(e)) from e
+
+    return run
+
+
+def _fullgraph_message(e: BaseException) -> str:
+    text = str(e)
+    where = ""
+    frames = [f for f in (getattr(e, "real_stack", None) or []) if "/torch/" not in f.filename]
+    if frames:
+        f = frames[-1]
+        where = f"{f.filename}:{f.lineno}" + (f" ({f.line.strip()})" if f.line else "")
+    else:
+        found = re.findall(r'File "([^"]+)", line (\d+)', text)
+        user = [(p, n) for p, n in found if "/torch/" not in p]
+        if user:
+            where = f"{user[-1][0]}:{user[-1][1]}"
+    reason = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(e).__name__)
+    return (
+        f"fullgraph=True, but the program breaks into more than one graph at {where or '(unknown location)'}: "
+        f"{reason}. Remove that break (torchmux.explain(model, *args) lists every break), "
+        "or compile with fullgraph=False to let Python run between graphs."
+    )

@@ -1,0 +1,36 @@
+"""The ``torchmux`` command: ``torchmux list``, ``torchmux demo``, ``torchmux bench``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="torchmux", description="torchmux: every backend competes, per graph.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="show every backend, whether it can run here, and why not")
+    demo = sub.add_parser("demo", help="compile a real model with backend='auto' and show what ran where")
+    demo.add_argument("--model", default="bert", choices=["bert", "mlp", "cnn"])
+    bench = sub.add_parser("bench", help="benchmark the model zoo across systems (see `torchmux bench --help`)")
+    bench.add_argument("rest", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+
+    if args.command == "list":
+        from .registry import format_backends, list_backends
+
+        print(format_backends(list_backends()))
+        return 0
+    if args.command == "demo":
+        from .demo import run_demo
+
+        return run_demo(args.model)
+    if args.command == "bench":
+        from ..autotune.bench import main as bench_main
+
+        return bench_main(args.rest)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""The validated arguments of ``torchmux.compile``: which backends may run, mode, options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from .backend import Backend
+from .errors import BadArgumentError
+from .registry import get_registry
+
+MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+#: torchmux's own options (everything else in ``options`` must name a backend)
+OWN_OPTIONS: dict[str, tuple[type, Any, str]] = {
+    "verify": (bool, True, "check a named backend's first answer against the reference and fall back if wrong"),
+    "autotune_budget": (float, 0.5, "seconds of timing per graph and input shape when choosing a backend"),
+}
+
+
+@dataclass(frozen=True)
+class CompileConfig:
+    backends: tuple[Backend, ...]  # the candidates (one when the user named one)
+    auto: bool  # True: measure and choose; False: the user named exactly one backend
+    mode: str | None = None
+    own: Mapping[str, Any] = field(default_factory=dict)
+    backend_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def options_for(self, backend: str) -> dict[str, Any]:
+        return dict(self.backend_options.get(backend, {}))
+
+    def get(self, key: str) -> Any:
+        return self.own.get(key, OWN_OPTIONS[key][1])
+
+    @property
+    def names(self) -> list[str]:
+        return [b.name for b in self.backends]
+
+
+def resolve(backend: Any, mode: str | None, options: Mapping[str, Any] | None) -> CompileConfig:
+    """Turn compile()'s arguments into a CompileConfig, or raise an error that says what to pass instead."""
+    registry = get_registry()
+    if mode not in MODES:
+        raise BadArgumentError(f"mode={mode!r} is not a mode; pass one of {', '.join(repr(m) for m in MODES)}")
+    if backend is None or backend == "auto":
+        chosen, auto = tuple(b for b in registry.available() if getattr(b, "auto", True)), True
+    elif isinstance(backend, str):
+        chosen, auto = (registry.require(backend),), False
+    elif isinstance(backend, Backend) or (hasattr(backend, "compile") and hasattr(backend, "name")):
+        avail = backend.availability()
+        if not avail.ok:
+            from .errors import BackendUnavailableError
+            raise BackendUnavailableError(backend.name, avail.reason)
+        chosen, auto = (backend,), False
+    elif isinstance(backend, Sequence) and backend and all(isinstance(b, str) for b in backend):
+        for name in backend:
+            registry.get(name)  # unknown names are an error
+        chosen = tuple(registry.get(n) for n in backend if registry.availability(n).ok)
+        if not chosen:
+            raise BadArgumentError(
+                f"backend={list(backend)!r}: none of these can run here "
+                f"({'; '.join(f'{n}: {registry.availability(n).reason}' for n in backend)})"
+            )
+        auto = True
+    else:
+        raise BadArgumentError(
+            f"backend={backend!r} is not accepted; pass 'auto', a backend name ({', '.join(registry.names)}), "
+            "a list of names for auto to choose from, or a torchmux.Backend object"
+        )
+    if auto and not any(b.name == "eager" for b in chosen) and "eager" in registry.names:
+        chosen = chosen + (registry.get("eager"),)  # the fallback is always a candidate
+    own, per_backend = _split_options(options or {}, set(registry.names) | {b.name for b in chosen})
+    return CompileConfig(chosen, auto, None if mode == "default" else mode, own, per_backend)
+
+
+def _split_options(options: Mapping[str, Any], backend_names: set[str]) -> tuple[dict, dict]:
+    if not isinstance(options, Mapping):
+        raise BadArgumentError(f"options must be a dict, got {type(options).__name__}")
+    own: dict[str, Any] = {}
+    per: dict[str, dict[str, Any]] = {}
+    for key, value in options.items():
+        if key in OWN_OPTIONS:
+            typ = OWN_OPTIONS[key][0]
+            if not isinstance(value, typ) and not (typ is float and isinstance(value, int)):
+                raise BadArgumentError(f"options[{key!r}] must be {typ.__name__}, got {value!r}")
+            own[key] = value
+        elif key in backend_names and isinstance(value, Mapping):
+            per.setdefault(key, {}).update(value)
+        elif "." in key and key.split(".", 1)[0] in backend_names:
+            b, k = key.split(".", 1)
+            per.setdefault(b, {})[k] = value
+        else:
+            raise BadArgumentError(
+                f"options[{key!r}] is not a known option. torchmux's own: "
+                + ", ".join(f"{k} ({v[2]})" for k, v in OWN_OPTIONS.items())
+                + f"; backend options are written '<backend>.<option>' or {{'<backend>': {{...}}}} "
+                f"with a backend among {', '.join(sorted(backend_names))}"
+            )
+    return own, per

@@ -1,0 +1,43 @@
+"""One exception tree. Every message says what was wrong and what to do about it."""
+
+from __future__ import annotations
+
+
+class TorchmuxError(Exception):
+    """Base of every error torchmux raises on purpose."""
+
+
+class UnknownBackendError(TorchmuxError, ValueError):
+    def __init__(self, name: str, known: list[str]):
+        self.name, self.known = name, known
+        super().__init__(
+            f"unknown backend {name!r}. Known backends: {', '.join(sorted(known)) or '(none)'}. "
+            "Run `torchmux list` to see each one and whether it can run here; "
+            "a third-party backend must be pip-installed so its 'torchmux.backends' entry point is found."
+        )
+
+
+class BackendUnavailableError(TorchmuxError, RuntimeError):
+    def __init__(self, name: str, reason: str):
+        self.name, self.reason = name, reason
+        super().__init__(f"backend {name!r} cannot run here: {reason}")
+
+
+class BadArgumentError(TorchmuxError, ValueError):
+    """A public function got an argument it does not accept; the message names it and what it accepts."""
+
+
+class FullGraphError(TorchmuxError, RuntimeError):
+    """fullgraph=True was asked for but the program breaks into several graphs."""
+
+
+class PluginError(TorchmuxError, RuntimeError):
+    """A plugin failed to import or registered a hook that does not match the hook specification."""
+
+
+class IRLintError(TorchmuxError, AssertionError):
+    """A graph does not satisfy the normalized-IR invariants (see torchmux.core.ir)."""
+
+
+class NoCorrectBackendError(TorchmuxError, RuntimeError):
+    """No candidate backend produced a correct answer for a graph (eager always should: this is a bug)."""

@@ -1,0 +1,344 @@
+"""The one graph IR that every backend receives.
+
+A **normalized graph** (:class:`GraphIR`) is a ``torch.fx.GraphModule`` that satisfies these
+invariants, checked by :meth:`GraphIR.lint`:
+
+1. *Op set.* Every ``call_function`` node targets an ATen ``OpOverload`` from the Core ATen op set
+   (after ``torch._decomp.core_aten_decompositions()``; a few ops that have no core decomposition, such
+   as ``aten.embedding``, may remain), ``operator.getitem`` on a multi-output op, or a symbolic-shape
+   helper (``torch.sym_*`` / ``operator`` arithmetic on SymInts) when the graph was captured with
+   ``dynamic=True``. There are no ``call_module`` or ``call_method`` nodes.
+2. *Functional.* No node mutates anything: no op whose schema is mutable (``add_``, ``copy_``,
+   ``out=`` variants). View ops (``view``, ``permute``, ``t``, ``slice``...) are allowed: they only read.
+   Mutations of the user's inputs (batch-norm running statistics in training) are kept outside the
+   graph by AOTAutograd, which applies them after the graph ran.
+3. *Typed values.* Every placeholder and every op node carries ``node.meta["val"]`` (a FakeTensor, a
+   SymInt or a tuple of those) from which :class:`TensorSpec` reads shape, dtype, device and strides.
+4. *Flat signature.* Placeholders are positional tensors (or SymInts); the output node returns a flat
+   tuple of tensors. Parameters and buffers are *lifted*: they are placeholders like user inputs, and
+   :attr:`GraphIR.input_kinds` says which is which (``"input"``, ``"param"`` or ``"buffer"``). Backends
+   may treat params and buffers as constants for the lifetime of a compiled artifact only if they also
+   accept them as arguments (weights change between calls in training).
+
+The printed form (``str(ir)``) shows one line per op with the spec of its result::
+
+    graph forward_0(x: f32[8, 16] input, w: f32[16, 16] param, b: f32[16] param):
+      %permute : f32[16, 16] = aten.permute.default(%w, [1, 0])
+      %addmm : f32[8, 16] = aten.addmm.default(%b, %x, %permute)
+      %relu : f32[8, 16] = aten.relu.default(%addmm)
+      return (%relu)
+
+**Fingerprint.** :meth:`GraphIR.fingerprint` is a SHA-256 over that structure with value names
+replaced by their position: every node's opcode, target, arguments (references as positions, constants
+by ``repr``) and result spec (shape, dtype, device, strides), plus each input's kind. It does not see
+weight values, node names or the Python process, so it is stable across processes and keys every
+on-disk cache. Small constant tensors embedded as ``get_attr`` (not weights) are hashed by value.
+
+**Backward.** Graphs come from AOTAutograd, so a training step yields a forward and a backward graph,
+both normalized the same way; :attr:`GraphIR.phase` says which.
+
+:class:`ReferenceInterpreter` runs a normalized graph op by op through ATen: it is the correctness
+oracle for the conformance suite and the autotuner. Subclass it (like ``torch.fx.Interpreter``) to
+observe or override single ops.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import operator
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import torch
+import torch.fx as fx
+
+from .errors import IRLintError
+
+__all__ = ["TensorSpec", "GraphIR", "ReferenceInterpreter", "spec_of"]
+
+_DTYPE_ABBR = {
+    torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64",
+    torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
+    torch.bool: "b8", torch.complex64: "c64",
+}
+INPUT_KINDS = ("input", "param", "buffer")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """What a backend may assume about a value: shape (ints, or strings for symbols), dtype, device, strides."""
+
+    shape: tuple[int | str, ...]
+    dtype: torch.dtype
+    device: str
+    stride: tuple[int | str, ...]
+
+    @property
+    def is_static(self) -> bool:
+        return all(isinstance(d, int) for d in self.shape)
+
+    def short(self) -> str:
+        return f"{_DTYPE_ABBR.get(self.dtype, str(self.dtype).replace('torch.', ''))}{list(self.shape)}"
+
+    def key(self) -> str:
+        return f"{self.dtype}|{self.device}|{self.shape}|{self.stride}"
+
+    def matches(self, t: torch.Tensor) -> bool:
+        return (
+            t.dtype == self.dtype
+            and str(t.device) == self.device
+            and all(isinstance(s, str) or s == d for s, d in zip(self.shape, t.shape))
+            and len(self.shape) == t.dim()
+        )
+
+
+def _dim(d: Any) -> int | str:
+    if isinstance(d, int):
+        return d
+    try:  # a SymInt backed by a hint-free symbol prints as its expression
+        return int(d)
+    except Exception:
+        return str(d)
+
+
+def spec_of(value: Any) -> TensorSpec | None:
+    """The spec of a tensor (real or fake); None for anything else."""
+    if not isinstance(value, torch.Tensor):
+        return None
+    return TensorSpec(
+        tuple(_dim(d) for d in value.shape), value.dtype, str(value.device), tuple(_dim(s) for s in value.stride())
+    )
+
+
+def _is_sym_helper(target: Any) -> bool:
+    mod = getattr(target, "__module__", "") or ""
+    return mod in ("_operator", "operator", "math") or getattr(target, "__name__", "").startswith("sym_") or (
+        "torch.fx.experimental.sym_node" in mod
+    )
+
+
+class GraphIR:
+    """A normalized graph (see the module docstring for the invariants and the printed form)."""
+
+    def __init__(
+        self,
+        gm: fx.GraphModule,
+        input_kinds: Sequence[str] | None = None,
+        *,
+        name: str = "graph",
+        phase: str = "inference",
+    ) -> None:
+        self.gm = gm
+        self.name = name
+        self.phase = phase  # "inference", "forward" or "backward"
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        kinds = tuple(input_kinds) if input_kinds is not None else ("input",) * len(placeholders)
+        if len(kinds) != len(placeholders):
+            raise IRLintError(f"{name}: {len(kinds)} input kinds given for {len(placeholders)} placeholders")
+        bad = [k for k in kinds if k not in INPUT_KINDS]
+        if bad:
+            raise IRLintError(f"{name}: input kinds must be one of {INPUT_KINDS}, got {bad}")
+        self.input_kinds: tuple[str, ...] = kinds
+        self._fingerprint: str | None = None
+
+    # ----------------------------------------------------------------------------- structure
+    @property
+    def graph(self) -> fx.Graph:
+        return self.gm.graph
+
+    @property
+    def placeholders(self) -> list[fx.Node]:
+        return [n for n in self.graph.nodes if n.op == "placeholder"]
+
+    @property
+    def output_node(self) -> fx.Node:
+        return next(n for n in reversed(self.graph.nodes) if n.op == "output")
+
+    @property
+    def outputs(self) -> list[Any]:
+        out = self.output_node.args[0]
+        return list(out) if isinstance(out, (tuple, list)) else [out]
+
+    @property
+    def op_nodes(self) -> list[fx.Node]:
+        return [n for n in self.graph.nodes if n.op == "call_function"]
+
+    @property
+    def input_specs(self) -> list[TensorSpec | None]:
+        return [spec_of(n.meta.get("val")) for n in self.placeholders]
+
+    @property
+    def output_specs(self) -> list[TensorSpec | None]:
+        return [spec_of(o.meta.get("val")) if isinstance(o, fx.Node) else None for o in self.outputs]
+
+    @property
+    def is_static(self) -> bool:
+        return all(s is None or s.is_static for s in self.input_specs) and all(
+            isinstance(n.meta.get("val"), torch.Tensor) for n in self.placeholders
+        )
+
+    def op_counts(self) -> Counter[str]:
+        return Counter(op_name(n) for n in self.op_nodes)
+
+    # ----------------------------------------------------------------------------- invariants
+    def lint(self) -> "GraphIR":
+        """Check the invariants of the module docstring; raise IRLintError naming the node that breaks one."""
+        self.graph.lint()
+        for node in self.graph.nodes:
+            where = f"{self.name}: node {node.format_node()}"
+            if node.op in ("call_module", "call_method"):
+                raise IRLintError(f"{where}: {node.op} nodes are not allowed; normalize to ATen ops first")
+            if node.op in ("placeholder", "call_function") and "val" not in node.meta:
+                raise IRLintError(f"{where}: has no meta['val'] (every value must carry its spec)")
+            if node.op != "call_function":
+                continue
+            target = node.target
+            if isinstance(target, torch._ops.OpOverload):
+                if target._schema.is_mutable:
+                    raise IRLintError(f"{where}: {target} mutates its arguments; graphs must be functional")
+            elif target is operator.getitem or _is_sym_helper(target):
+                continue
+            else:
+                raise IRLintError(f"{where}: target {target!r} is not an ATen OpOverload")
+        return self
+
+    # ----------------------------------------------------------------------------- identity
+    def fingerprint(self) -> str:
+        """Stable hash of ops, wiring and specs (not weight values); see the module docstring."""
+        if self._fingerprint is None:
+            h = hashlib.sha256()
+            index: dict[fx.Node, int] = {}
+
+            def enc(a: Any) -> str:
+                if isinstance(a, fx.Node):
+                    return f"%{index[a]}"
+                if isinstance(a, (list, tuple)):
+                    return "[" + ",".join(enc(x) for x in a) + "]"
+                if isinstance(a, dict):
+                    return "{" + ",".join(f"{k}:{enc(v)}" for k, v in sorted(a.items())) + "}"
+                if isinstance(a, torch.dtype | torch.device | torch.layout | torch.memory_format):
+                    return str(a)
+                return repr(a)
+
+            for i, node in enumerate(self.graph.nodes):
+                index[node] = i
+                val = node.meta.get("val")
+                spec = spec_of(val)
+                parts = [node.op, _target_name(node), enc(node.args), enc(node.kwargs)]
+                if spec is not None:
+                    parts.append(spec.key())
+                elif isinstance(val, (tuple, list)):
+                    parts.append(",".join(s.key() if (s := spec_of(v)) else repr(v) for v in val))
+                if node.op == "get_attr":
+                    attr = getattr(self.gm, str(node.target))
+                    if isinstance(attr, torch.Tensor):
+                        parts.append(spec_of(attr).key())  # type: ignore[union-attr]
+                        if attr.numel() <= 64:  # a program constant, not a weight: its value matters
+                            parts.append(repr(attr.detach().cpu().tolist()))
+                h.update("|".join(parts).encode())
+                h.update(b"\n")
+            h.update(("kinds:" + ",".join(self.input_kinds) + "|" + self.phase).encode())
+            self._fingerprint = h.hexdigest()[:32]
+        return self._fingerprint
+
+    # ----------------------------------------------------------------------------- printing
+    def __str__(self) -> str:
+        def ref(a: Any) -> str:
+            if isinstance(a, fx.Node):
+                return f"%{a.name}"
+            if isinstance(a, (list, tuple)):
+                return "[" + ", ".join(ref(x) for x in a) + "]"
+            return repr(a)
+
+        def ann(val: Any) -> str:
+            spec = spec_of(val)
+            if spec is not None:
+                return spec.short()
+            if isinstance(val, (tuple, list)):
+                return "(" + ", ".join(ann(v) for v in val) + ")"
+            return type(val).__name__ if val is not None else "?"
+
+        head = ", ".join(
+            f"{n.name}: {ann(n.meta.get('val'))} {k}" for n, k in zip(self.placeholders, self.input_kinds)
+        )
+        lines = [f"graph {self.name}({head}):"]
+        for node in self.graph.nodes:
+            if node.op == "call_function":
+                args = [ref(a) for a in node.args] + [f"{k}={ref(v)}" for k, v in node.kwargs.items()]
+                lines.append(f"  %{node.name} : {ann(node.meta.get('val'))} = {_target_name(node)}({', '.join(args)})")
+            elif node.op == "get_attr":
+                lines.append(f"  %{node.name} : {ann(getattr(self.gm, str(node.target), None))} = get_attr {node.target}")
+        lines.append("  return (" + ", ".join(ref(o) for o in self.outputs) + ")")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"GraphIR({self.name}, {len(self.op_nodes)} ops, fingerprint={self.fingerprint()[:12]})"
+
+    # ----------------------------------------------------------------------------- helpers
+    def example_inputs(self, seed: int = 0) -> list[Any]:
+        """Random inputs that match the input specs (never zeros): floats ~ N(0,1), ints in [0, 4)."""
+        g = torch.Generator().manual_seed(seed)
+        out: list[Any] = []
+        for n in self.placeholders:
+            val = n.meta.get("val")
+            if not isinstance(val, torch.Tensor):
+                out.append(int(val) if val is not None else 1)
+                continue
+            shape = [int(d) for d in val.shape]
+            if val.dtype.is_floating_point or val.dtype.is_complex:
+                t = torch.randn(shape, generator=g, dtype=torch.float32).to(val.dtype)
+            elif val.dtype == torch.bool:
+                t = torch.randint(0, 2, shape, generator=g).bool()
+            else:
+                t = torch.randint(0, 4, shape, generator=g).to(val.dtype)
+            out.append(t.to(val.device))
+        return out
+
+    def run_reference(self, *args: Any) -> list[Any]:
+        """Run the graph through the reference interpreter; returns the flat list of outputs."""
+        result = ReferenceInterpreter(self.gm).run(*args)
+        return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+def _target_name(node: fx.Node) -> str:
+    t = node.target
+    if isinstance(t, torch._ops.OpOverload):
+        return f"aten.{t.__name__}" if t.namespace == "aten" else f"{t.namespace}.{t.__name__}"
+    if isinstance(t, str):
+        return t
+    return getattr(t, "__qualname__", getattr(t, "__name__", repr(t)))
+
+
+def op_name(node: fx.Node) -> str:
+    """The name the capability tables use: ``aten.add.Tensor`` style for ATen ops."""
+    return _target_name(node)
+
+
+class ReferenceInterpreter(fx.Interpreter):
+    """Runs a normalized graph one ATen op at a time: the correctness oracle.
+
+    Errors are re-raised with the failing node (``While executing %addmm = aten.addmm(...)``), as
+    torch.fx does, so a wrong graph points at its op.
+    """
+
+    def __init__(self, gm: fx.GraphModule) -> None:
+        super().__init__(gm, garbage_collect_values=True)
+
+    def run_node(self, n: fx.Node) -> Any:
+        try:
+            return super().run_node(n)
+        except Exception as e:
+            msg = f"{e}\nWhile executing {n.format_node()} in the reference interpreter"
+            try:
+                err = type(e)(msg)
+            except Exception:  # an exception type whose constructor takes other arguments
+                err = RuntimeError(msg)
+            raise err from e
+
+
+def ops_in(graphs: Iterable[GraphIR]) -> Counter[str]:
+    total: Counter[str] = Counter()
+    for g in graphs:
+        total.update(g.op_counts())
+    return total

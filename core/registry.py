@@ -1,0 +1,231 @@
+"""Plugin discovery and the backend registry.
+
+Plugins come from the ``torchmux.backends`` entry-point group (torchmux's own backends included: they
+are listed in its pyproject.toml like anyone else's) and from ``TORCHMUX_PLUGINS``. A plugin that fails
+to import, registers a hook pluggy rejects, or raises from ``torchmux_add_backends`` is recorded as a
+:class:`PluginProblem`, reported by ``list_backends()`` and a warning, and everything else keeps working.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import threading
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import pluggy
+
+from . import hookspecs, settings
+from .backend import Availability, Backend
+from .errors import BackendUnavailableError, PluginError, UnknownBackendError
+
+ENTRY_POINT_GROUP = "torchmux.backends"
+SELF_DIST = "torchmux"
+
+__all__ = ["BackendInfo", "PluginProblem", "Registry", "get_registry", "list_backends", "register_plugin"]
+
+
+@dataclass(frozen=True)
+class PluginProblem:
+    plugin: str
+    package: str
+    error: str
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """One row of ``list_backends()``."""
+
+    name: str
+    version: str
+    devices: tuple[str, ...]
+    available: bool
+    reason: str
+    plugin: str
+    package: str
+    description: str = ""
+
+
+@dataclass
+class _Entry:
+    backend: Backend
+    plugin: str
+    package: str
+
+
+class Registry:
+    def __init__(self, autoload: bool = True) -> None:
+        self.pm = pluggy.PluginManager("torchmux")
+        self.pm.add_hookspecs(hookspecs)
+        self.problems: list[PluginProblem] = []
+        self._entries: dict[str, _Entry] = {}
+        self._plugin_package: dict[str, str] = {}
+        if autoload:
+            self._load_entry_points()
+            for mod in settings.PLUGINS.get():
+                self._register_module(mod, name=mod, package="TORCHMUX_PLUGINS")
+        self._collect()
+
+    # ------------------------------------------------------------------ loading
+    def _load_entry_points(self) -> None:
+        third_party = not settings.DISABLE_PLUGIN_AUTOLOAD.get()
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            package = ep.dist.name if ep.dist is not None else "?"
+            if package != SELF_DIST and not third_party:
+                continue
+            if self.pm.has_plugin(ep.name):
+                continue
+            try:
+                plugin = ep.load()
+            except Exception as e:  # a broken plugin never takes torchmux down
+                self._problem(ep.name, package, f"failed to import {ep.value!r}: {type(e).__name__}: {e}")
+                continue
+            self._register(plugin, ep.name, package)
+
+    def _register_module(self, module: str, name: str, package: str) -> None:
+        try:
+            plugin = importlib.import_module(module)
+        except Exception as e:
+            self._problem(name, package, f"failed to import {module!r}: {type(e).__name__}: {e}")
+            return
+        self._register(plugin, name, package)
+
+    def _register(self, plugin: Any, name: str, package: str) -> bool:
+        try:
+            self.pm.register(plugin, name=name)
+            self.pm.check_pending()
+        except Exception as e:  # pluggy's validation names the hook and the offending signature
+            if self.pm.is_registered(plugin):
+                self.pm.unregister(plugin)
+            self._problem(name, package, f"{type(e).__name__}: {e}")
+            return False
+        self._plugin_package[name] = package
+        return True
+
+    def register(self, plugin: Any, name: str | None = None) -> None:
+        """Register a plugin object or module at run time (tests, notebooks)."""
+        name = name or getattr(plugin, "__name__", None) or repr(plugin)
+        if not self._register(plugin, name, "(registered at run time)"):
+            raise PluginError(self.problems[-1].error)
+        self._collect()
+
+    def _problem(self, plugin: str, package: str, error: str) -> None:
+        self.problems.append(PluginProblem(plugin, package, error))
+        warnings.warn(f"torchmux plugin {plugin!r} (from {package}) is broken and was skipped: {error}", stacklevel=3)
+
+    def _collect(self) -> None:
+        """Ask every plugin for its backends, one plugin at a time, so that one failing does not hide the rest."""
+        for impl in self.pm.hook.torchmux_add_backends.get_hookimpls():
+            name = impl.plugin_name
+            if any(e.plugin == name for e in self._entries.values()):
+                continue
+            package = self._plugin_package.get(name, "?")
+            try:
+                backends = list(impl.function() or [])
+            except Exception as e:
+                self._problem(name, package, f"torchmux_add_backends raised {type(e).__name__}: {e}")
+                continue
+            for b in backends:
+                if not isinstance(getattr(b, "name", None), str) or not b.name or not callable(getattr(b, "compile", None)):
+                    self._problem(name, package, f"torchmux_add_backends returned {b!r}, which is not a Backend (needs a name and compile())")
+                elif b.name in self._entries:
+                    other = self._entries[b.name]
+                    self._problem(name, package, f"backend name {b.name!r} is already taken by plugin {other.plugin!r} ({other.package}); ignored")
+                else:
+                    self._entries[b.name] = _Entry(b, name, package)
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def names(self) -> list[str]:
+        return list(self._entries)
+
+    def get(self, name: str) -> Backend:
+        if name not in self._entries:
+            raise UnknownBackendError(name, self.names)
+        return self._entries[name].backend
+
+    def availability(self, name: str) -> Availability:
+        backend = self.get(name)
+        try:
+            return backend.availability()
+        except Exception as e:
+            return Availability.no(f"its availability check raised {type(e).__name__}: {e}")
+
+    def require(self, name: str) -> Backend:
+        """The backend, or an error that says why it cannot run here."""
+        backend = self.get(name)
+        avail = self.availability(name)
+        if not avail.ok:
+            raise BackendUnavailableError(name, avail.reason)
+        return backend
+
+    def available(self) -> list[Backend]:
+        return [e.backend for n, e in self._entries.items() if self.availability(n).ok]
+
+    def info(self) -> list[BackendInfo]:
+        rows = []
+        for name, e in self._entries.items():
+            avail = self.availability(name)
+            try:
+                version = e.backend.version
+            except Exception:
+                version = "?"
+            rows.append(BackendInfo(
+                name, version, tuple(e.backend.devices), avail.ok, avail.reason, e.plugin, e.package,
+                getattr(e.backend, "description", ""),
+            ))
+        for p in self.problems:
+            rows.append(BackendInfo(f"({p.plugin})", "?", (), False, f"plugin broken: {p.error}", p.plugin, p.package))
+        return rows
+
+    @property
+    def hook(self) -> Any:
+        return self.pm.hook
+
+    def notify(self, hook_name: str, **kwargs: Any) -> None:
+        """Call an observation hook; an observer that raises is reported, never fatal."""
+        try:
+            getattr(self.pm.hook, hook_name)(**kwargs)
+        except Exception as e:
+            warnings.warn(f"a torchmux plugin's {hook_name} hook raised {type(e).__name__}: {e}", stacklevel=2)
+
+
+_REGISTRY: Registry | None = None
+_LOCK = threading.Lock()
+
+
+def get_registry(reload: bool = False) -> Registry:
+    """The process-wide registry, loaded on first use. ``reload=True`` discovers plugins again."""
+    global _REGISTRY
+    with _LOCK:
+        if _REGISTRY is None or reload:
+            _REGISTRY = Registry()
+        return _REGISTRY
+
+
+def list_backends(reload: bool = False) -> list[BackendInfo]:
+    """One record per backend (name, version, devices, available, reason, plugin, package), then one per broken plugin."""
+    return get_registry(reload).info()
+
+
+def register_plugin(plugin: Any, name: str | None = None) -> None:
+    """Register a plugin at run time; its backends join the registry at once."""
+    get_registry().register(plugin, name)
+
+
+def format_backends(rows: list[BackendInfo]) -> str:
+    header = ("backend", "version", "devices", "available", "plugin (package)", "why not / what")
+    table = [header] + [
+        (r.name, r.version, ",".join(r.devices) or "-", "yes" if r.available else "no",
+         f"{r.plugin} ({r.package})", r.reason or r.description)
+        for r in rows
+    ]
+    widths = [max(len(str(row[i])) for row in table) for i in range(len(header) - 1)]
+    lines = []
+    for i, row in enumerate(table):
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths)) + "  " + row[-1])
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths) + "  " + "-" * 20)
+    return "\n".join(lines)

@@ -1,0 +1,77 @@
+"""Every ``TORCHMUX_*`` environment variable, defined once and documented where it is defined.
+
+A setting is read each time it is asked for (``settings.CACHE_DIR.get()``), so tests and users can
+change the environment at run time. Defining the same name twice is an error at import time.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Generic, TypeVar
+
+T = TypeVar("T")
+_DEFINED: dict[str, "Setting"] = {}
+
+
+@dataclass(frozen=True)
+class Setting(Generic[T]):
+    name: str
+    default: T
+    parse: Callable[[str], T]
+    doc: str
+
+    def get(self) -> T:
+        raw = os.environ.get(self.name)
+        if raw is None or raw == "":
+            return self.default
+        try:
+            return self.parse(raw)
+        except ValueError as e:
+            raise ValueError(f"environment variable {self.name}={raw!r} is invalid: {e}. {self.doc}") from None
+
+
+def _flag(raw: str) -> bool:
+    if raw.lower() in ("1", "true", "yes", "on"):
+        return True
+    if raw.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected 1/0, true/false, yes/no or on/off")
+
+
+def _define(name: str, default: T, parse: Callable[[str], T], doc: str) -> Setting[T]:
+    if name in _DEFINED:
+        raise RuntimeError(f"setting {name} is defined twice; define each TORCHMUX_* variable once in core/settings.py")
+    s = Setting(name, default, parse, doc)
+    _DEFINED[name] = s
+    return s
+
+
+def all_settings() -> list[Setting]:
+    return list(_DEFINED.values())
+
+
+DISABLE_PLUGIN_AUTOLOAD = _define(
+    "TORCHMUX_DISABLE_PLUGIN_AUTOLOAD", False, _flag,
+    "When set, third-party plugins are not loaded from the 'torchmux.backends' entry-point group; "
+    "torchmux's own built-in backends still load, and TORCHMUX_PLUGINS can name plugin modules to load.",
+)
+PLUGINS = _define(
+    "TORCHMUX_PLUGINS", (), lambda raw: tuple(p.strip() for p in raw.split(",") if p.strip()),
+    "Comma-separated module names to register as plugins in addition to (or, with autoload off, "
+    "instead of) the entry points.",
+)
+CACHE_DIR = _define(
+    "TORCHMUX_CACHE_DIR", Path(os.path.expanduser("~/.cache/torchmux")), lambda raw: Path(raw).expanduser(),
+    "Where compiled artifacts (ONNX models, TVM libraries, tuning records, autotune decisions) are cached. "
+    "Delete the folder to clear the cache.",
+)
+VERBOSE = _define(
+    "TORCHMUX_VERBOSE", False, _flag,
+    "Log every autotune measurement and every fallback to stderr.",
+)
+DEBUG_DIR = _define(
+    "TORCHMUX_DEBUG_DIR", None, lambda raw: Path(raw).expanduser(),
+    "If set, backends that generate code (triton) write the source of every kernel into this folder.",
+)

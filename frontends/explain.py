@@ -1,0 +1,129 @@
+"""``torchmux.explain``: how a program was captured and where each graph runs.
+
+Graph and break counts are computed as ``torch._dynamo.explain`` computes them (one entry per graph
+Dynamo compiled; break reasons de-duplicated by the user's innermost frame), so the two agree on the
+same program. On top it says, per graph, how many ATen ops the normalized graph holds and which backend
+the autotuner chose for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..core.config import resolve
+from .dynamo import CapturedGraph, Recorder, TorchmuxDynamoBackend
+
+
+@dataclass(frozen=True)
+class BreakReason:
+    reason: str
+    filename: str
+    lineno: int
+    line: str = ""
+
+    @property
+    def where(self) -> str:
+        return f"{self.filename}:{self.lineno}"
+
+    def __str__(self) -> str:
+        first = self.reason.strip().splitlines()[0] if self.reason.strip() else "?"
+        return f"{self.where}: {first}" + (f"  [{self.line.strip()}]" if self.line.strip() else "")
+
+
+@dataclass
+class GraphReport:
+    index: int
+    torch_ops: list[str]
+    aten_ops: int
+    placements: list[str]  # one "phase: backend (ms)" string per normalized graph and input signature
+    kernels: int | None = None
+    error: str | None = None
+
+
+@dataclass
+class ExplainReport:
+    graph_count: int
+    graph_break_count: int
+    break_reasons: list[BreakReason]
+    graphs: list[GraphReport]
+    rewrites: list[str] = field(default_factory=list)
+
+    @property
+    def ops_per_graph(self) -> list[list[str]]:
+        return [g.torch_ops for g in self.graphs]
+
+    @property
+    def backends(self) -> list[list[str]]:
+        return [g.placements for g in self.graphs]
+
+    def __str__(self) -> str:
+        lines = [f"Graph Count: {self.graph_count}", f"Graph Break Count: {self.graph_break_count}"]
+        if self.break_reasons:
+            lines.append("Break Reasons:")
+            lines += [f"  {i + 1}. {r}" for i, r in enumerate(self.break_reasons)]
+        if self.rewrites:
+            lines.append("Rewrites applied:")
+            lines += [f"  - {r}" for r in self.rewrites]
+        if self.graphs:
+            lines.append("")
+            rows = [("graph", "torch ops", "aten ops", "kernels", "runs on")]
+            for g in self.graphs:
+                rows.append((str(g.index), str(len(g.torch_ops)), str(g.aten_ops),
+                             "-" if g.kernels is None else str(g.kernels),
+                             g.error or "; ".join(g.placements) or "(not run)"))
+            widths = [max(len(r[i]) for r in rows) for i in range(4)]
+            for j, r in enumerate(rows):
+                lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[4])
+                if j == 0:
+                    lines.append("  ".join("-" * w for w in widths) + "  " + "-" * 10)
+        return "\n".join(lines)
+
+
+def _op_name(target: Any) -> str:
+    return getattr(target, "__name__", None) or str(target)
+
+
+def break_reasons_of(graphs: list[CapturedGraph]) -> list[BreakReason]:
+    deduped: dict[str, BreakReason] = {}
+    for g in graphs:
+        r = g.break_reason
+        if r is None or not getattr(r, "graph_break", False) or not r.user_stack:
+            continue
+        frame = r.user_stack[-1]
+        deduped[repr(frame)] = BreakReason(r.reason, frame.filename, frame.lineno or 0, frame.line or "")
+    return list(deduped.values())
+
+
+def graph_report(g: CapturedGraph) -> GraphReport:
+    placements, aten_ops, kernels = [], 0, None
+    for runner in g.runners:
+        aten_ops = max(aten_ops, len(runner.ir.op_nodes))
+        for d in runner.placements():
+            p = d.chosen.placement
+            ms = "" if d.chosen.seconds != d.chosen.seconds or d.chosen.seconds == float("inf") else f" {d.chosen.seconds * 1e3:.3f} ms"
+            split = f", {p.ops_eager} ops eager" if p is not None and p.ops_eager else ""
+            placements.append(f"{runner.ir.phase}: {d.backend}{ms}{split}")
+            if p is not None and p.kernels is not None:
+                kernels = (kernels or 0) + p.kernels
+    return GraphReport(g.index, [_op_name(t) for t in g.torch_ops], aten_ops, placements, kernels, g.error)
+
+
+def explain(model: Any, *args: Any, backend: Any = "auto", **kwargs: Any) -> ExplainReport:
+    """Capture ``model(*args, **kwargs)`` once, run it, and report graphs, breaks and placements.
+
+    Like ``torch._dynamo.explain`` this resets Dynamo's caches before and after. ``backend`` is the
+    same argument as compile()'s (a model keyword argument named ``backend`` cannot be passed here).
+    """
+    config = resolve(backend, None, None)
+    recorder = Recorder()
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(model, backend=TorchmuxDynamoBackend(config, recorder), dynamic=False)
+        compiled(*args, **kwargs)
+    finally:
+        torch._dynamo.reset()
+    reasons = break_reasons_of(recorder.graphs)
+    return ExplainReport(len(recorder.graphs), len(reasons), reasons, [graph_report(g) for g in recorder.graphs])
