@@ -32,12 +32,27 @@ class InductorBackend(torchmux.Backend):
         if request.mode in ("max-autotune", "max-autotune-no-cudagraphs"):
             config_patches.update(max_autotune=True)
         config_patches.update(request.options)
-        compiled = compile_fx.compile_fx(request.ir.gm, list(request.example_inputs), config_patches=config_patches)
+        gm = _views_as_reshapes(request.ir.gm)
+        compiled = compile_fx.compile_fx(gm, list(request.example_inputs), config_patches=config_patches)
 
         def run(*args: torch.Tensor) -> list[torch.Tensor]:
             return list(compiled(*args))
 
         return run
+
+
+def _views_as_reshapes(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of ``gm`` with ``view`` as ``reshape``. Inductor traces the graph again with its own
+    decompositions, whose intermediate strides can differ from eager's; a ``view`` that was legal on
+    eager's strides may then be illegal. ``reshape`` is the same op wherever ``view`` is legal."""
+    import copy
+
+    gm = copy.deepcopy(gm)
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default):
+            node.target = torch.ops.aten.reshape.default
+    gm.recompile()
+    return gm
 
 
 @torchmux.hookimpl

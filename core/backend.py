@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 import torch
 import torch.fx as fx
 
-from .ir import GraphIR
+from .ir import GraphIR, op_name
 
 __all__ = ["Availability", "Backend", "CompiledGraph", "CompileRequest", "package_version", "has_cuda"]
 
@@ -76,6 +76,11 @@ class Backend:
     dynamic_shapes: bool = False
     #: whether "auto" may pick it without the user naming it
     auto: bool = True
+    #: floating dtypes it computes in (integer and bool values pass through any backend that claims the op)
+    dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16)
+    #: the ATen ops it claims (``aten.add.Tensor`` style, as ``torchmux.core.ir.op_name`` spells them);
+    #: None claims every op. Claims come from the conformance suite, never from guesses.
+    ops: frozenset[str] | None = None
 
     @property
     def version(self) -> str:
@@ -86,8 +91,14 @@ class Backend:
         return Availability.yes()
 
     def supports(self, node: fx.Node) -> bool:
-        """Per-node capability: True if this backend runs ``node`` correctly. Pure; no side effects."""
-        return True
+        """Per-node capability: True if this backend runs ``node`` correctly. Pure; no side effects.
+
+        The default: the op is in :attr:`ops` (or ``ops`` is None), and every floating value it reads
+        or writes has a dtype in :attr:`dtypes`.
+        """
+        if self.ops is not None and op_name(node) not in self.ops and op_name(node) != "getitem":
+            return False
+        return all(d in self.dtypes for d in node_float_dtypes(node))
 
     def supports_device(self, device: str) -> bool:
         return device in self.devices
@@ -130,3 +141,14 @@ def version_tuple(v: str) -> tuple[int, ...]:
 
 
 Factory = Callable[[], Backend]
+
+
+def node_float_dtypes(node: fx.Node) -> set[torch.dtype]:
+    """The floating dtypes of a node's result and of its tensor arguments."""
+    vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
+    out: set[torch.dtype] = set()
+    for v in vals:
+        for t in v if isinstance(v, (tuple, list)) else [v]:
+            if isinstance(t, torch.Tensor) and t.dtype.is_floating_point:
+                out.add(t.dtype)
+    return out

@@ -1,0 +1,95 @@
+"""The backend conformance suite: every op a backend claims, on random inputs, against the reference.
+
+Generated over (backend x op case x dtype). A backend is tested on exactly the ops it claims
+(``Backend.supports``) and in the floating dtypes it lists (``Backend.dtypes``); an op it does not claim
+is not tested on it. Inductor claims every op; compiling 79 graphs with it would take many minutes on
+2 cores, so it runs one case per op family (it is PyTorch's own, tested by PyTorch's suite).
+Tests that need a GPU are marked ``gpu`` and skip without one.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from cases import CASES, CASES_BY_OP, Case  # noqa: E402
+
+from torchmux.core.conformance import case_ir, check, claims  # noqa: E402
+from torchmux.core.registry import get_registry  # noqa: E402
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+SAMPLED = {"inductor"}  # backends that run one case per family
+
+
+@functools.lru_cache(maxsize=None)
+def _ir(op: str, dtype: torch.dtype, device: str):
+    case = CASES_BY_OP[op]
+    inputs = [t.to(device) for t in case.inputs(dtype)]
+    return case_ir(case.fn, inputs, case.id), inputs
+
+
+def _params(device: str) -> list:
+    registry = get_registry()
+    params = []
+    for name in registry.names:
+        backend = registry.get(name)
+        avail = registry.availability(name)
+        marks = [pytest.mark.gpu] if device == "cuda" else []
+        if not avail.ok or not backend.supports_device(device) or (device == "cuda" and not torch.cuda.is_available()):
+            why = avail.reason if not avail.ok else f"no {device} here" if device == "cuda" else f"does not run on {device}"
+            params.append(pytest.param(name, None, None, id=f"{name}-unavailable", marks=marks + [pytest.mark.skip(reason=why)]))
+            continue
+        seen_families: set[str] = set()
+        for case in CASES:
+            if name in SAMPLED:
+                if case.family in seen_families:
+                    continue
+                seen_families.add(case.family)
+            dtypes = [d for d in FLOAT_DTYPES if d in backend.dtypes] if case.floats else [torch.float32]
+            if name in SAMPLED:
+                dtypes = dtypes[:1]
+            for dtype in dtypes:
+                try:
+                    ir, _ = _ir(case.op, dtype, device)
+                except Exception:  # e.g. an op torch itself lacks in this dtype on this device
+                    continue
+                if claims(backend, ir, case.op):
+                    params.append(pytest.param(name, case, dtype, id=f"{name}-{case.id}-{str(dtype)[6:]}", marks=marks))
+    return params
+
+
+def _run(backend_name: str, case: Case, dtype: torch.dtype, device: str) -> None:
+    backend = get_registry().get(backend_name)
+    ir, inputs = _ir(case.op, dtype, device)
+    err = check(backend, ir, inputs, case.tol)
+    assert err is None, f"{backend_name} claims {case.op} but gets it wrong in {dtype}: {err}"
+
+
+@pytest.mark.parametrize("backend_name,case,dtype", _params("cpu"))
+def test_op_cpu(backend_name: str, case: Case, dtype: torch.dtype) -> None:
+    _run(backend_name, case, dtype, "cpu")
+
+
+@pytest.mark.parametrize("backend_name,case,dtype", _params("cuda"))
+def test_op_cuda(backend_name: str, case: Case, dtype: torch.dtype) -> None:
+    _run(backend_name, case, dtype, "cuda")
+
+
+@pytest.mark.parametrize("backend_name", get_registry().names)
+def test_claims_come_from_the_suite(backend_name: str) -> None:
+    """A backend with an explicit op list claims only ops the suite has a case for (no guessing)."""
+    ops = getattr(get_registry().get(backend_name), "ops", None)
+    if ops is None:
+        pytest.skip(f"{backend_name} claims every op (ops=None): the suite runs it on every case it can")
+    unknown = sorted(set(ops) - set(CASES_BY_OP))
+    assert not unknown, f"{backend_name} claims ops the conformance suite does not test: {unknown}"
+
+
+def test_suite_covers_at_least_60_ops() -> None:
+    assert len(CASES_BY_OP) >= 60
+    assert {c.family for c in CASES} >= {"pointwise", "reduction", "matmul", "conv", "norm", "view", "compare"}
