@@ -15,6 +15,7 @@ MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cu
 OWN_OPTIONS: dict[str, tuple[type, Any, str]] = {
     "verify": (bool, True, "check a named backend's first answer against the reference and fall back if wrong"),
     "autotune_budget": (float, 0.5, "seconds of timing per graph and input shape when choosing a backend"),
+    "mend": (bool, True, "rewrite graph-breaking Python (tensor if, print, .item() for logging...) before capture"),
 }
 
 

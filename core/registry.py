@@ -112,6 +112,7 @@ class Registry:
         self._collect()
 
     def _problem(self, plugin: str, package: str, error: str) -> None:
+        error = " ".join(error.split())
         self.problems.append(PluginProblem(plugin, package, error))
         warnings.warn(f"torchmux plugin {plugin!r} (from {package}) is broken and was skipped: {error}", stacklevel=3)
 
@@ -219,7 +220,7 @@ def format_backends(rows: list[BackendInfo]) -> str:
     header = ("backend", "version", "devices", "available", "plugin (package)", "why not / what")
     table = [header] + [
         (r.name, r.version, ",".join(r.devices) or "-", "yes" if r.available else "no",
-         f"{r.plugin} ({r.package})", r.reason or r.description)
+         f"{r.plugin} ({r.package})", " ".join((r.reason or r.description).split()))
         for r in rows
     ]
     widths = [max(len(str(row[i])) for row in table) for i in range(len(header) - 1)]

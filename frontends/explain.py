@@ -111,11 +111,12 @@ def graph_report(g: CapturedGraph) -> GraphReport:
     return GraphReport(g.index, [_op_name(t) for t in g.torch_ops], aten_ops, placements, kernels, g.error)
 
 
-def explain(model: Any, *args: Any, backend: Any = "auto", **kwargs: Any) -> ExplainReport:
+def explain(model: Any, *args: Any, backend: Any = "auto", mend: bool = True, **kwargs: Any) -> ExplainReport:
     """Capture ``model(*args, **kwargs)`` once, run it, and report graphs, breaks and placements.
 
     Like ``torch._dynamo.explain`` this resets Dynamo's caches before and after. ``backend`` is the
-    same argument as compile()'s (a model keyword argument named ``backend`` cannot be passed here).
+    same argument as compile()'s; ``mend=False`` turns the graph-break mending pass off (model keyword
+    arguments named ``backend`` or ``mend`` cannot be passed through here).
     """
     config = resolve(backend, None, None)
     recorder = Recorder()
