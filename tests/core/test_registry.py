@@ -1,0 +1,157 @@
+"""core/registry.py and core/hookspecs.py: discovery, isolation of broken plugins, errors."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import torchmux
+from torchmux.core.registry import Registry, get_registry
+
+PLUGIN_DIST = "torchmux-example-plugin"
+
+
+def _plugin_installed() -> bool:
+    try:
+        importlib.metadata.version(PLUGIN_DIST)
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
+needs_plugin = pytest.mark.skipif(
+    not _plugin_installed(),
+    reason=f"{PLUGIN_DIST} is not installed: run `pip install -e tests/plugins/torchmux-example-plugin` "
+    "(the README's test command does)",
+)
+
+
+def test_builtin_backends_come_from_the_entry_point_group():
+    eps = {ep.name: ep.dist.name for ep in importlib.metadata.entry_points(group="torchmux.backends")}
+    rows = {r.name: r for r in torchmux.list_backends()}
+    for name in ("eager", "inductor", "cudagraphs"):
+        assert eps[name] == "torchmux"
+        assert rows[name].package == "torchmux" and rows[name].plugin == name
+
+
+def test_list_backends_says_why_not():
+    rows = {r.name: r for r in torchmux.list_backends()}
+    assert rows["eager"].available and rows["eager"].reason == ""
+    assert rows["eager"].version == torch.__version__
+    if not torch.cuda.is_available():
+        assert not rows["cudagraphs"].available
+        assert "CUDA" in rows["cudagraphs"].reason
+
+
+def test_cli_prints_the_table():
+    out = subprocess.run([sys.executable, "-m", "torchmux", "list"], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[0].split()[:4] == ["backend", "version", "devices", "available"]
+    assert any(line.startswith("eager ") for line in out.splitlines())
+
+
+@needs_plugin
+def test_installed_third_party_plugin_is_discovered_and_runs():
+    from torchmux_example_plugin import CALLS
+
+    rows = {r.name: r for r in torchmux.list_backends()}
+    assert rows["example"].available and rows["example"].package == PLUGIN_DIST
+
+    def f(x, y):
+        return torch.relu(x * y + 1).sum(-1)  # sum is not claimed: it runs eagerly around the plugin's region
+
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    before = CALLS["count"]
+    out = torchmux.compile(f, backend="example")(x, y)
+    torch.testing.assert_close(out, f(x, y))
+    assert CALLS["count"] > before
+
+
+@needs_plugin
+def test_broken_plugins_are_reported_and_everything_else_works():
+    with pytest.warns(UserWarning, match="broken and was skipped"):
+        registry = Registry()
+    problems = {p.plugin: p.error for p in registry.problems}
+    assert "ImportError" in problems["example_import_error"]
+    assert "device_count" in problems["example_bad_hook"]  # pluggy names the offending argument
+    assert {"eager", "example"} <= set(registry.names)
+    rows = {r.name: r for r in registry.info()}
+    assert not rows["(example_import_error)"].available
+
+
+def test_plugin_registered_at_run_time_is_validated():
+    class BadPlugin:
+        @torchmux.hookimpl
+        def torchmux_add_backends(self, nonsense):
+            return []
+
+    with pytest.raises(torchmux.PluginError, match="nonsense"):
+        Registry(autoload=False).register(BadPlugin(), "bad")
+
+
+def test_duplicate_backend_names_are_refused():
+    class Dup:
+        @torchmux.hookimpl
+        def torchmux_add_backends(self):
+            return [type("E", (torchmux.Backend,), {"name": "eager"})()]
+
+    registry = Registry()
+    with pytest.warns(UserWarning, match="already taken"):
+        registry.register(Dup(), "dup")
+    assert registry.get("eager").__class__.__name__ == "EagerBackend"
+
+
+def test_autoload_switch_keeps_builtins_and_drops_third_party():
+    script = textwrap.dedent(
+        """
+        import warnings, torchmux
+        warnings.simplefilter("ignore")
+        print(",".join(sorted(r.name for r in torchmux.list_backends())))
+        """
+    )
+    env = dict(os.environ, TORCHMUX_DISABLE_PLUGIN_AUTOLOAD="1")
+    names = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True).stdout
+    names = set(names.strip().split(","))
+    assert {"eager", "inductor"} <= names
+    assert not any(n.startswith("example") or "(example" in n for n in names)
+
+
+def test_unknown_backend_lists_known_ones():
+    with pytest.raises(torchmux.UnknownBackendError, match="Known backends: .*eager.*inductor"):
+        torchmux.compile(torch.nn.Linear(2, 2), backend="no-such-backend")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU error")
+def test_unavailable_backend_says_why():
+    with pytest.raises(torchmux.BackendUnavailableError, match="cannot run here: no CUDA GPU"):
+        torchmux.compile(torch.nn.Linear(2, 2), backend="cudagraphs")
+
+
+def test_hook_observers_see_graphs_and_measurements():
+    seen = {"graphs": [], "measured": []}
+
+    class Observer:
+        @torchmux.hookimpl
+        def torchmux_graph_captured(self, ir):
+            seen["graphs"].append(ir.fingerprint())
+
+        @torchmux.hookimpl
+        def torchmux_candidate_measured(self, backend, ok):
+            seen["measured"].append((backend, ok))
+
+    registry = get_registry()
+    registry.pm.register(Observer(), name="observer")
+    try:
+        f = torchmux.compile(lambda x: torch.tanh(x) * 2, backend="eager", options={"verify": True})
+        f(torch.randn(3))
+        f2 = torchmux.compile(lambda x: torch.sin(x) + 1, backend=["eager"])
+        f2(torch.randn(3))
+    finally:
+        registry.pm.unregister(name="observer")
+    assert len(seen["graphs"]) == 2
+    assert ("eager", True) in seen["measured"]

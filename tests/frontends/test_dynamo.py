@@ -1,0 +1,170 @@
+"""frontends/dynamo.py and frontends/explain.py: capture, normalization, graph counts, fullgraph errors.
+
+The four programs are those of the "common torch.compile mistakes" article. Capture here is Dynamo's
+own (the mending pass is off), so graph and break counts must equal torch._dynamo.explain's.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+import torchmux
+
+
+class BadIf(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.h = nn.Linear(16, 16)
+
+    def forward(self, x):
+        if torch.rand(1) > 0.5:  # Python if on a tensor
+            return self.h(x) + 1
+        else:
+            return self.h(x) - 1
+
+
+class LogInsideForward(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.h = nn.Linear(16, 1)
+
+    def forward(self, x):
+        y = self.h(x)
+        m = y.mean().item()  # noqa: F841  host sync, graph break
+        return y
+
+
+class BadLoop(nn.Module):
+    def forward(self, x):
+        out = x
+        for i in range(5):
+            out = out + i
+        return out
+
+
+class BadShapeBranch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 16)
+        self.b = nn.Linear(32, 16)
+
+    def forward(self, x):
+        if x.shape[1] == 16:
+            return self.a(x)
+        else:
+            return self.b(x)
+
+
+PROGRAMS = {
+    "tensor_if": (BadIf, (4, 16)),
+    "item_in_forward": (LogInsideForward, (8, 16)),
+    "python_loop": (BadLoop, (32, 16)),
+    "shape_branch_16": (BadShapeBranch, (8, 16)),
+    "shape_branch_32": (BadShapeBranch, (8, 32)),
+}
+
+
+def _dynamo_counts(model, x):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        e = torch._dynamo.explain(model)(x)
+    sites = {repr(r.user_stack[-1]) for r in e.break_reasons if r.user_stack}
+    return e.graph_count, len(sites)
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_counts_equal_dynamo_explain_and_outputs_equal_eager(name):
+    cls, shape = PROGRAMS[name]
+    torch.manual_seed(0)
+    model, x = cls().eval(), torch.randn(shape)
+    graphs, breaks = _dynamo_counts(model, x)
+    report = torchmux.explain(model, x, backend="eager", mend=False)
+    assert (report.graph_count, report.graph_break_count) == (graphs, breaks)
+    torch.manual_seed(1)
+    expected = model(x)
+    torch.manual_seed(1)
+    got = torchmux.compile(model, backend="eager", options={"mend": False})(x)
+    torch.testing.assert_close(got, expected)
+
+
+def test_break_reason_points_at_user_line():
+    report = torchmux.explain(LogInsideForward(), torch.randn(8, 16), backend="eager", mend=False)
+    assert report.graph_break_count == 1
+    reason = report.break_reasons[0]
+    assert reason.filename == __file__
+    assert "item()" in reason.line
+    assert "Graph Break Count: 1" in str(report)
+
+
+def test_explain_reports_ops_and_backend_per_graph():
+    report = torchmux.explain(BadLoop(), torch.randn(32, 16), backend="eager")
+    assert report.graph_count == 1
+    assert len(report.ops_per_graph[0]) == 5  # five adds at the torch level
+    assert report.graphs[0].aten_ops == 5
+    assert report.graphs[0].placements[0].endswith("eager")
+
+
+def test_fullgraph_error_names_reason_and_line():
+    compiled = torchmux.compile(BadIf(), backend="eager", fullgraph=True, options={"mend": False})
+    with pytest.raises(torchmux.FullGraphError) as info:
+        compiled(torch.randn(4, 16))
+    message = str(info.value)
+    assert f"{__file__}:" in message
+    assert "torch.rand(1) > 0.5" in message
+    assert "Data-dependent" in message
+    assert "fullgraph=False" in message  # says what to do
+
+
+def test_new_shapes_recompile_and_stay_correct():
+    model = nn.Sequential(nn.Linear(16, 8), nn.ReLU())
+    compiled = torchmux.compile(model, backend="eager")
+    for batch in (2, 3, 5):
+        x = torch.randn(batch, 16)
+        torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_graph_inputs_know_params_from_user_inputs():
+    kinds = []
+
+    class Observer:
+        @torchmux.hookimpl
+        def torchmux_graph_captured(self, ir):
+            kinds.append(ir.input_kinds)
+
+    registry = torchmux.core.registry.get_registry()
+    registry.pm.register(Observer(), name="kinds-observer")
+    try:
+        with torch.no_grad():
+            torchmux.compile(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)).eval(), backend="eager")(torch.randn(3, 4))
+    finally:
+        registry.pm.unregister(name="kinds-observer")
+    assert kinds and kinds[0].count("param") == 4 and "input" in kinds[0] and kinds[0].count("buffer") >= 2
+
+
+def test_training_step_flows_forward_and_backward_graphs():
+    phases = []
+
+    class Observer:
+        @torchmux.hookimpl
+        def torchmux_graph_captured(self, ir):
+            phases.append(ir.phase)
+
+    registry = torchmux.core.registry.get_registry()
+    registry.pm.register(Observer(), name="phase-observer")
+    try:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 1))
+        x = torch.randn(4, 8)
+        model(x).sum().backward()
+        expected = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        torchmux.compile(model, backend="eager")(x).sum().backward()
+    finally:
+        registry.pm.unregister(name="phase-observer")
+    assert phases == ["forward", "backward"]
+    for p, g in zip(model.parameters(), expected):
+        torch.testing.assert_close(p.grad, g)
