@@ -41,6 +41,7 @@ class GraphReport:
     placements: list[str]  # one "phase: backend (ms)" string per normalized graph and input signature
     kernels: int | None = None
     error: str | None = None
+    measurements: list[str] = field(default_factory=list)  # every candidate the autotuner tried
 
 
 @dataclass
@@ -98,7 +99,9 @@ def break_reasons_of(graphs: list[CapturedGraph]) -> list[BreakReason]:
 
 
 def graph_report(g: CapturedGraph) -> GraphReport:
-    placements, aten_ops, kernels = [], 0, None
+    placements: list[str] = []
+    measurements: list[str] = []
+    aten_ops, kernels = 0, None
     for runner in g.runners:
         aten_ops = max(aten_ops, len(runner.ir.op_nodes))
         for d in runner.placements():
@@ -106,9 +109,29 @@ def graph_report(g: CapturedGraph) -> GraphReport:
             ms = "" if d.chosen.seconds != d.chosen.seconds or d.chosen.seconds == float("inf") else f" {d.chosen.seconds * 1e3:.3f} ms"
             split = f", {p.ops_eager} ops eager" if p is not None and p.ops_eager else ""
             placements.append(f"{runner.ir.phase}: {d.backend}{ms}{split}")
+            measurements.append(f"graph {g.index} {runner.ir.phase}: " + " | ".join(m.summary for m in d.measurements))
             if p is not None and p.kernels is not None:
                 kernels = (kernels or 0) + p.kernels
-    return GraphReport(g.index, [_op_name(t) for t in g.torch_ops], aten_ops, placements, kernels, g.error)
+    return GraphReport(g.index, [_op_name(t) for t in g.torch_ops], aten_ops, placements, kernels, g.error, measurements)
+
+
+def last_measurements(report: ExplainReport) -> list[str]:
+    """One line per graph: every candidate's latency or failure reason."""
+    return [m for g in report.graphs for m in g.measurements]
+
+
+def compile_recorded(model: Any, backend: Any = "auto", mend: bool = True) -> tuple[Any, Recorder]:
+    """Compile like ``torchmux.compile`` and keep a Recorder of every graph it captures (for reports)."""
+    config = resolve(backend, None, {"mend": mend})
+    recorder = Recorder()
+    compiled = torch.compile(model, backend=TorchmuxDynamoBackend(config, recorder), dynamic=False)
+    return compiled, recorder
+
+
+def report(recorder: Recorder, rewrites: list[str] | None = None) -> ExplainReport:
+    reasons = break_reasons_of(recorder.graphs)
+    return ExplainReport(len(recorder.graphs), len(reasons), reasons, [graph_report(g) for g in recorder.graphs],
+                         list(rewrites or []))
 
 
 def explain(model: Any, *args: Any, backend: Any = "auto", mend: bool = True, **kwargs: Any) -> ExplainReport:
@@ -118,13 +141,10 @@ def explain(model: Any, *args: Any, backend: Any = "auto", mend: bool = True, **
     same argument as compile()'s; ``mend=False`` turns the graph-break mending pass off (model keyword
     arguments named ``backend`` or ``mend`` cannot be passed through here).
     """
-    config = resolve(backend, None, None)
-    recorder = Recorder()
     torch._dynamo.reset()
     try:
-        compiled = torch.compile(model, backend=TorchmuxDynamoBackend(config, recorder), dynamic=False)
+        compiled, recorder = compile_recorded(model, backend, mend)
         compiled(*args, **kwargs)
     finally:
         torch._dynamo.reset()
-    reasons = break_reasons_of(recorder.graphs)
-    return ExplainReport(len(recorder.graphs), len(reasons), reasons, [graph_report(g) for g in recorder.graphs])
+    return report(recorder)
