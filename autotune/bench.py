@@ -1,0 +1,427 @@
+"""``torchmux bench``: the model zoo, every system side by side, on this machine.
+
+Systems: ``eager`` (the model as written), ``inductor`` (``torch.compile``'s default), one
+``torchmux:<backend>`` per torchmux backend that can run here (each alone), and ``torchmux:auto``
+(every backend competing per graph). For each model of the zoo (autotune/zoo.py) the bench runs:
+
+1. per system, a **cold** child process with empty compile caches (TORCHMUX_CACHE_DIR,
+   TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR in a folder of its own): compile time of a first use,
+   and the process's peak memory;
+2. per system, a **warm** child process on the same, now hot, caches: compile time of a later run;
+3. one **latency** child process that compiles every system (warm), checks each output against
+   eager's, and times all of them in interleaved rounds, rotating the order every round, so that the
+   machine's noise hits every system alike and the ratios hold.
+
+Children run one at a time (bench_run.py says what each measures). A system that fails, answers
+wrong, crashes its process or runs past ``--timeout`` is reported as such; the bench goes on. The
+results go to the terminal (a table), ``bench.json`` and ``bench.png`` in ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .bench_run import AUTO, EAGER, INDUCTOR
+from .zoo import ZOO
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="torchmux bench",
+        description="Benchmark the model zoo (random weights, no downloads) across eager, torch.compile "
+                    "(Inductor), each torchmux backend alone, and torchmux auto.",
+    )
+    p.add_argument("--models", default="all", help=f"comma-separated zoo models, or 'all' (the zoo: {', '.join(ZOO)})")
+    p.add_argument("--batch-size", type=int, default=8, help="batch size of every model's inputs (default 8)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where models run (default cpu)")
+    p.add_argument("--threads", type=int, default=None, help="torch (and OpenMP) threads per process (default: torch's)")
+    p.add_argument("--systems", default="default",
+                   help="comma-separated systems: eager, inductor (torch.compile), auto (torchmux:auto), "
+                        "torchmux:<backend> or a backend name; 'default' is every one that runs here. "
+                        "eager is always included: speedups are measured against it")
+    p.add_argument("--rounds", type=int, default=20, help="timing rounds, each times every system once (default 20)")
+    p.add_argument("--out", type=Path, default=Path("bench-results"), help="folder for bench.json, bench.png and logs")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds one child process may run (default 900)")
+    p.add_argument("--no-warm", action="store_true", help="skip the warm-compile processes (halves the compile work)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    # the child side (bench_run.py); not for users
+    p.add_argument("--_child", choices=["compile", "latency"], help=argparse.SUPPRESS)
+    p.add_argument("--_result", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--_caches", help=argparse.SUPPRESS)
+    return p
+
+
+class BenchArgumentError(ValueError):
+    """A bad command-line value; the message says which and what is accepted."""
+
+
+# ------------------------------------------------------------------------------------------ choosing
+def parse_models(spec: str) -> list[str]:
+    names = list(ZOO) if spec.strip() in ("", "all") else [m.strip() for m in spec.split(",") if m.strip()]
+    unknown = [m for m in names if m not in ZOO]
+    if unknown:
+        raise BenchArgumentError(
+            f"--models: {', '.join(repr(m) for m in unknown)} not in the zoo; choose from "
+            + ", ".join(f"{k} ({v.description})" for k, v in ZOO.items()) + ", or 'all'")
+    return list(dict.fromkeys(names))
+
+
+def resolve_systems(spec: str, device: str) -> tuple[list[str], dict[str, str]]:
+    """(systems to run, systems left out -> why). eager is always first; auto last."""
+    from ..core.registry import get_registry
+
+    registry = get_registry()
+    runnable: dict[str, str] = {}  # torchmux backend -> "" or why it cannot run here
+    by_default: set[str] = set()
+    for name in registry.names:
+        backend, avail = registry.get(name), registry.availability(name)
+        if not avail.ok:
+            runnable[name] = avail.reason
+        elif not backend.supports_device(device):
+            runnable[name] = f"does not run on {device} (runs on {', '.join(backend.devices)})"
+        else:
+            runnable[name] = ""
+            # a backend auto would not pick here (an interpreter, such as triton without a GPU) is no speed contender
+            if name != "eager" and getattr(backend, "auto", True):
+                by_default.add(name)
+    skipped: dict[str, str] = {}
+    if spec.strip() in ("", "default", "all"):
+        wanted = [EAGER, INDUCTOR] + [f"torchmux:{n}" for n in registry.names if n in by_default] + [AUTO]
+        for n, why in runnable.items():
+            if n != "eager" and n not in by_default:
+                skipped[f"torchmux:{n}"] = why or "auto never picks it here (e.g. an interpreter); name it in --systems to run it"
+    else:
+        wanted = []
+        for item in (s.strip() for s in spec.split(",") if s.strip()):
+            name = {"auto": AUTO, "torch.compile": INDUCTOR}.get(item, item)
+            if name not in (EAGER, INDUCTOR, AUTO) and not name.startswith("torchmux:"):
+                name = f"torchmux:{name}"
+            backend = name.split(":", 1)[1] if name.startswith("torchmux:") else None
+            if backend is not None and backend != "auto" and backend not in runnable:
+                raise BenchArgumentError(
+                    f"--systems: {item!r} is not a system; choose from eager, inductor, auto, "
+                    + ", ".join(f"torchmux:{n}" for n in registry.names) + " (or 'default')")
+            if backend in runnable and runnable[backend]:
+                skipped[name] = runnable[backend]
+            else:
+                wanted.append(name)
+        wanted = [EAGER] + [s for s in wanted if s != EAGER]
+    return list(dict.fromkeys(wanted)), skipped
+
+
+# ------------------------------------------------------------------------------------------ children
+def _child_command(kind: str, model: str, systems: list[str], args: argparse.Namespace, result: Path, caches: Path | None) -> list[str]:
+    cmd = [sys.executable, "-m", "torchmux.autotune.bench", "--_child", kind, "--models", model,
+           "--systems", ",".join(systems), "--batch-size", str(args.batch_size), "--device", args.device,
+           "--rounds", str(args.rounds), "--_result", str(result)]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    if caches is not None:
+        cmd += ["--_caches", str(caches)]
+    return cmd
+
+
+def _run(cmd: list[str], env: dict[str, str], log: Path, timeout: float) -> str | None:
+    """Run a child to its end; None if it exited 0, else what went wrong (exit status, signal, timeout)."""
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the child's own process group: it and its compile workers
+            proc.wait()
+            return f"timed out after {timeout:.0f} s (--timeout)"
+    if rc == 0:
+        return None
+    if rc < 0:
+        return f"the process died of signal {signal.Signals(-rc).name}"
+    return f"the process exited with status {rc}"
+
+
+def _log_tail(log: Path) -> str:
+    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()] if log.exists() else []
+    errors = [ln for ln in lines if "Error" in ln or "error:" in ln]
+    return (errors or lines or ["(no output)"])[-1][:400]
+
+
+def _env(args: argparse.Namespace, extra: dict[str, str]) -> dict[str, str]:
+    env = dict(os.environ, **extra)
+    if args.threads:
+        env["OMP_NUM_THREADS"] = str(args.threads)
+    return env
+
+
+def compile_run(model: str, system: str, args: argparse.Namespace, cache: Path, work: Path, label: str) -> dict[str, Any]:
+    from .bench_run import cache_env
+
+    result = work / f"{model}.{system.replace(':', '-')}.{label}.json"
+    log = args.out / "logs" / f"{model}.{system.replace(':', '-')}.{label}.log"
+    t0 = time.perf_counter()
+    why = _run(_child_command("compile", model, [system], args, result, None), _env(args, cache_env(cache)), log, args.timeout)
+    if why is None and result.exists():
+        return {**json.loads(result.read_text()), "process_s": time.perf_counter() - t0}
+    if why is None:
+        why = "the process wrote no result"
+    return {"ok": False, "error": f"{why}: {_log_tail(log)}" if "timed out" not in why else why, "log": str(log)}
+
+
+def latency_run(model: str, systems: list[str], args: argparse.Namespace, caches: dict[str, Path], work: Path) -> dict[str, Any]:
+    """The interleaved timing of ``systems`` on ``model``. A system whose failure kills the process is
+    marked failed and the others are run again without it."""
+    from .bench_run import cache_env
+
+    found: dict[str, dict[str, Any]] = {}
+    remaining = list(systems)
+    attempt = 0
+    while remaining:
+        attempt += 1
+        events = work / f"{model}.latency.{attempt}.jsonl"
+        cache_file = work / f"{model}.caches.json"
+        cache_file.write_text(json.dumps({s: cache_env(caches[s]) for s in remaining if s in caches}))
+        log = args.out / "logs" / f"{model}.latency.{attempt}.log"
+        why = _run(_child_command("latency", model, remaining, args, events, cache_file), _env(args, {}), log,
+                   args.timeout * len(remaining))
+        lines = [json.loads(ln) for ln in events.read_text().splitlines()] if events.exists() else []
+        for ev in lines:
+            if ev["event"] in ("compiled", "failed"):
+                found[ev["system"]] = dict(ev)
+            elif ev["event"] == "samples":
+                found[ev["system"]]["samples"] = ev["samples"]
+        if lines and lines[-1]["event"] == "done":
+            break
+        busy = [ev for ev in lines if ev["event"] in ("compile", "timing")]
+        if not busy:  # died before any system ran: building the model failed
+            return {"error": f"{why or 'no result'}: {_log_tail(log)}"}
+        culprit, stage = busy[-1]["system"], "compiling" if busy[-1]["event"] == "compile" else "timing"
+        found[culprit] = {"event": "failed", "error": f"{why} while {stage} it: {_log_tail(log)}"}
+        remaining = [s for s in remaining if s != culprit and found.get(s, {}).get("event") != "failed"]
+    return {"systems": found}
+
+
+# ------------------------------------------------------------------------------------------ assembling
+def _stats(samples: list[float]) -> dict[str, float]:
+    ms = [s * 1e3 for s in samples]
+    q1, _, q3 = statistics.quantiles(ms, n=4, method="inclusive") if len(ms) > 1 else (ms[0], ms[0], ms[0])
+    return {"median": statistics.median(ms), "q1": q1, "q3": q3, "min": min(ms), "max": max(ms)}
+
+
+def assemble(model: str, systems: list[str], cold: dict[str, dict], warm: dict[str, dict], latency: dict[str, Any], device: str) -> dict[str, Any]:
+    rows: dict[str, dict[str, Any]] = {}
+    measured = latency.get("systems", {})
+    for s in systems:
+        c, w, lat = cold.get(s, {}), warm.get(s, {}), measured.get(s, {})
+        row: dict[str, Any] = {"ok": False, "error": None}
+        if c and not c.get("ok"):
+            row["error"] = f"compile failed: {c.get('error')}"
+        elif latency.get("error"):
+            row["error"] = f"the model failed before any system ran: {latency['error']}"
+        elif lat.get("event") == "failed":
+            row["error"] = lat["error"]
+        elif "samples" in lat:
+            row.update(ok=True, latency_ms=_stats(lat["samples"]), samples_ms=[x * 1e3 for x in lat["samples"]],
+                       calls_per_sample=lat["calls_per_sample"], matches_eager=lat["matches"],
+                       max_abs_diff=lat["max_abs_diff"], mismatch=lat["mismatch"])
+            if lat.get("auto_choices"):
+                row["auto_choices"] = lat["auto_choices"]
+        else:
+            row["error"] = "not measured"
+        row["compile_s"] = {"cold": c.get("first_call_s") if c.get("ok") else None,
+                            "warm": w.get("first_call_s") if w.get("ok") else None,
+                            "in_bench": lat.get("compile_s")}
+        if c.get("ok"):
+            if device == "cuda":
+                row["memory_mb"] = {"peak": c["gpu_peak_mb"], "delta": c["gpu_peak_mb"] - c["gpu_before_mb"], "kind": "gpu"}
+            else:
+                row["memory_mb"] = {"peak": c["peak_rss_mb"], "delta": c["peak_rss_mb"] - c["rss_before_mb"], "kind": "rss"}
+        row["notes"] = list(dict.fromkeys((c.get("notes") or []) + (lat.get("notes") or [])))
+        rows[s] = row
+    for base, key in ((EAGER, "speedup_vs_eager"), (INDUCTOR, "speedup_vs_inductor")):
+        ref = rows.get(base, {})
+        for row in rows.values():
+            row[key] = ref["latency_ms"]["median"] / row["latency_ms"]["median"] if ref.get("ok") and row["ok"] else None
+    return {"description": ZOO[model].description, "systems": rows}
+
+
+def geomeans(models: dict[str, Any], systems: list[str]) -> dict[str, dict[str, Any]]:
+    """Per system, the geometric mean of its speedups over the models where it ran and matched eager."""
+    import math
+
+    out = {}
+    for s in systems:
+        entry: dict[str, Any] = {}
+        for key in ("speedup_vs_eager", "speedup_vs_inductor"):
+            vals = [m["systems"][s][key] for m in models.values()
+                    if s in m["systems"] and m["systems"][s].get(key) and m["systems"][s].get("matches_eager")]
+            entry[key] = math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+            entry[f"{key}_models"] = len(vals)
+        out[s] = entry
+    return out
+
+
+def environment(args: argparse.Namespace) -> dict[str, Any]:
+    import platform
+
+    import torch
+
+    from ..core.registry import list_backends
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {
+        "device": args.device,
+        "device_name": torch.cuda.get_device_name() if args.device == "cuda" else cpu,
+        "cpu_count": os.cpu_count(),
+        "threads": args.threads or torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "backends": {b.name: b.version for b in list_backends() if b.available},
+    }
+
+
+# ------------------------------------------------------------------------------------------ main
+def _progress(total: int, disable: bool) -> Any:
+    try:
+        from tqdm import tqdm
+    except ImportError:  # the [bench] extra brings tqdm; without it, no bar
+        disable = True
+        tqdm = None
+    if disable or tqdm is None:
+        class _Quiet:
+            def update(self, n: int = 1) -> None: ...
+            def set_postfix_str(self, s: str) -> None: ...
+            def close(self) -> None: ...
+        return _Quiet()
+    return tqdm(total=total, unit="step", desc="torchmux bench", dynamic_ncols=True)
+
+
+def run_bench(args: argparse.Namespace, models: list[str], systems: list[str], skipped: dict[str, str],
+              command: str = "torchmux bench") -> dict[str, Any]:
+    from .bench_run import cache_env  # noqa: F401  (fail early if the child side cannot import)
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "logs").mkdir(exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="torchmux-bench-"))
+    warm_systems = [] if args.no_warm else [s for s in systems if s != EAGER]
+    bar = _progress(len(models) * (len(systems) + len(warm_systems) + 1), args.no_progress)
+    results: dict[str, Any] = {}
+    started = time.time()
+    try:
+        for model in models:
+            caches = {s: work / "cache" / model / s.replace(":", "-") for s in systems}
+            cold: dict[str, dict] = {}
+            warm: dict[str, dict] = {}
+            for s in systems:
+                bar.set_postfix_str(f"{model} · {s} · cold compile")
+                cold[s] = compile_run(model, s, args, caches[s], work, "cold")
+                bar.update()
+                if s in warm_systems:
+                    if cold[s].get("ok"):
+                        bar.set_postfix_str(f"{model} · {s} · warm compile")
+                        warm[s] = compile_run(model, s, args, caches[s], work, "warm")
+                    bar.update()
+            bar.set_postfix_str(f"{model} · latency rounds")
+            runnable = [s for s in systems if cold[s].get("ok")]
+            latency = latency_run(model, runnable, args, caches, work) if runnable else {"systems": {}}
+            bar.update()
+            results[model] = assemble(model, systems, cold, warm, latency, args.device)
+    finally:
+        bar.close()
+        shutil.rmtree(work, ignore_errors=True)
+    return {
+        "command": command,
+        "settings": {"models": models, "batch_size": args.batch_size, "rounds": args.rounds, "systems": systems,
+                     "skipped_systems": skipped, "timeout_s": args.timeout, "warm": not args.no_warm},
+        "environment": environment(args),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "wall_s": time.time() - started,
+        "models": results,
+        "geomean": geomeans(results, systems),
+        "measures": MEASURES,
+    }
+
+
+#: what each figure is, written into bench.json so the file explains itself
+MEASURES = {
+    "latency_ms": "wall time per call in the latency process (CUDA synchronized); median, quartiles q1/q3, min, max "
+                  "over rounds; every round times every system once, order rotated per round",
+    "speedup_vs_eager": "eager median latency / this system's median latency (same process, same rounds)",
+    "speedup_vs_inductor": "torch.compile (Inductor) median latency / this system's",
+    "compile_s.cold": "first call (compile included) in a fresh process with empty compile caches",
+    "compile_s.warm": "first call in a second fresh process on the caches the cold one filled",
+    "compile_s.in_bench": "first call inside the latency process (caches hot, other systems compiled before)",
+    "memory_mb": "CPU: peak resident set size (getrusage ru_maxrss) of the cold process, which imports torch, "
+                 "builds the model, compiles and runs it 3 times; delta = peak minus the peak before compiling "
+                 "(compiler and run memory; compiler subprocesses such as g++ are not counted). "
+                 "GPU: torch.cuda.max_memory_allocated, delta over memory allocated before compiling",
+    "matches_eager": "every output tensor (tensors_of) within 5x torchmux's float tolerances of eager's "
+                     "(float32: rtol 1e-3, atol 1e-4 x max(1, max|eager|))",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = _parser().parse_args(argv)
+    if args._child:
+        return _child_main(args)
+    try:
+        if args.batch_size < 1 or args.rounds < 1:
+            raise BenchArgumentError("--batch-size and --rounds must be at least 1")
+        if args.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise BenchArgumentError("--device cuda, but torch sees no CUDA GPU; use --device cpu")
+        models = parse_models(args.models)
+        systems, skipped = resolve_systems(args.systems, args.device)
+    except BenchArgumentError as e:
+        print(f"torchmux bench: error: {e}", file=sys.stderr)
+        return 2
+    for s, why in skipped.items():
+        print(f"torchmux bench: leaving out {s}: {why}", file=sys.stderr)
+    from .bench_report import format_report, write_chart
+
+    import shlex
+
+    report = run_bench(args, models, systems, skipped, "torchmux bench " + shlex.join(argv))
+    (args.out / "bench.json").write_text(json.dumps(report, indent=1))
+    chart = write_chart(report, args.out / "bench.png")
+    print(format_report(report))
+    print(f"\nwrote {args.out / 'bench.json'}" + (f", {chart}" if chart else " (no chart: " + "install matplotlib)"))
+    return 0
+
+
+def _child_main(args: argparse.Namespace) -> int:
+    from . import bench_run
+
+    if args._child == "compile":
+        try:
+            result = bench_run.compile_child(args.models, args.systems, args.batch_size, args.device, args.threads)
+        except Exception as e:
+            result = {"ok": False, "error": bench_run.short_error(e)}
+            import traceback
+
+            traceback.print_exc()
+        args._result.write_text(json.dumps(result))
+        return 0
+    caches = json.loads(Path(args._caches).read_text()) if args._caches else {}
+    bench_run.latency_child(args.models, args.systems.split(","), args.batch_size, args.device, args.threads,
+                            args.rounds, caches, args._result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

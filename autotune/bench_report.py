@@ -1,0 +1,136 @@
+"""How ``torchmux bench`` shows its results: terminal tables and a PNG chart (bench.json is the data).
+
+Two tables: the details (one row per model and system: latency, speedups, compile times, memory,
+output check) and the summary (speedup over eager per model and system, with a geomean row), which
+is the one the README quotes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def _f(x: float | None, fmt: str, none: str = "-") -> str:
+    return none if x is None else format(x, fmt)
+
+
+def _grid(header: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+
+    def line(r: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+
+    return [line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in rows]
+
+
+def _speed(x: float | None) -> str:
+    return _f(x, ".2f") + "x" if x is not None else "-"
+
+
+def details(report: dict[str, Any]) -> list[str]:
+    gpu = report["environment"]["device"] == "cuda"
+    header = ["model", "system", "median ms", "q1-q3 ms", "vs eager", "vs inductor", "compile cold s", "warm s",
+              "GPU peak MB (+)" if gpu else "peak RSS MB (+)", "matches eager"]
+    rows, failures, notes = [], [], []
+    for model, m in report["models"].items():
+        for i, (system, r) in enumerate(m["systems"].items()):
+            name = model if i == 0 else ""
+            mem = r.get("memory_mb")
+            mem_s = f"{mem['peak']:.0f} (+{mem['delta']:.0f})" if mem else "-"
+            cold, warm = r["compile_s"]["cold"], r["compile_s"]["warm"]
+            if system == "eager":
+                cold = warm = None  # nothing to compile
+            mark = f" [{len(notes) + 1}]" if r.get("notes") else ""
+            if r.get("notes"):
+                notes.append(f"[{len(notes) + 1}] {model} / {system}: " + " | ".join(r["notes"])[:300])
+            if not r["ok"]:
+                failures.append(f"{model} / {system}: {r['error']}")
+                rows.append([name, system + mark, "failed", f"see [x{len(failures)}]", "-", "-", _f(cold, ".1f"),
+                             _f(warm, ".1f"), mem_s, "-"])
+                continue
+            lat = r["latency_ms"]
+            match = "ref" if system == "eager" else ("yes" if r["matches_eager"] else f"NO ({r['max_abs_diff']:.2g})")
+            rows.append([name, system + mark, f"{lat['median']:.3f}", f"{lat['q1']:.3f}-{lat['q3']:.3f}",
+                         _speed(r["speedup_vs_eager"]), _speed(r["speedup_vs_inductor"]), _f(cold, ".1f"),
+                         _f(warm, ".1f"), mem_s, match])
+    out = _grid(header, rows, right={2, 3, 4, 5, 6, 7, 8})
+    if failures:
+        out += ["", "failed:"] + [f"  [x{i + 1}] {f}" for i, f in enumerate(failures)]
+    if notes:
+        out += ["", "fallbacks (the backend could not run part of the model; torchmux ran that part another way):"]
+        out += ["  " + n for n in notes]
+    auto = [(model, m["systems"]["torchmux:auto"]["auto_choices"]) for model, m in report["models"].items()
+            if m["systems"].get("torchmux:auto", {}).get("auto_choices")]
+    if auto:
+        out += ["", "what torchmux:auto chose per graph:"]
+        out += [f"  {model}: " + ", ".join(f"{g} -> {b}" for g, b in choices.items()) for model, choices in auto]
+    return out
+
+
+def summary(report: dict[str, Any]) -> list[str]:
+    systems = [s for s in report["settings"]["systems"] if s != "eager"]
+    header = ["speedup vs eager"] + systems
+    rows = []
+    for model, m in report["models"].items():
+        cells = []
+        for s in systems:
+            r = m["systems"].get(s, {})
+            if not r.get("ok"):
+                cells.append("failed")
+            else:
+                cells.append(_speed(r["speedup_vs_eager"]) + ("" if r["matches_eager"] else " (wrong)"))
+        eager = m["systems"].get("eager", {})
+        label = f"{model} ({eager['latency_ms']['median']:.2f} ms)" if eager.get("ok") else model
+        rows.append([label] + cells)
+    geo = report["geomean"]
+    rows.append(["geomean"] + [_speed(geo[s]["speedup_vs_eager"]) for s in systems])
+    return _grid(header, rows, right=set(range(1, len(header))))
+
+
+def format_report(report: dict[str, Any]) -> str:
+    env, st = report["environment"], report["settings"]
+    head = (f"torchmux bench: {env['device_name']} ({env['device']}, {env['cpu_count']} cores, {env['threads']} threads), "
+            f"torch {env['torch']}, batch {st['batch_size']}, {st['rounds']} rounds, {report['wall_s'] / 60:.1f} min")
+    lines = [head, ""] + details(report) + ["", "eager latency in parentheses; geomean over models where the system ran and matched eager", ""]
+    lines += summary(report)
+    if st["skipped_systems"]:
+        lines += ["", "left out:"] + [f"  {s}: {why}" for s, why in st["skipped_systems"].items()]
+    return "\n".join(lines)
+
+
+def write_chart(report: dict[str, Any], path: Path) -> Path | None:
+    """A grouped bar chart of speedups over eager (log scale), one group per model plus the geomean.
+    Returns the path, or None when matplotlib is missing (the [bench] extra brings it)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    systems = [s for s in report["settings"]["systems"] if s != "eager"]
+    groups = list(report["models"]) + ["geomean"]
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(groups) * max(1, len(systems)) ** 0.5 + 2), 4.5))
+    width = 0.8 / max(1, len(systems))
+    for j, s in enumerate(systems):
+        xs, ys, failed = [], [], []
+        for i, g in enumerate(groups):
+            x = i - 0.4 + width * (j + 0.5)
+            v = report["geomean"][s]["speedup_vs_eager"] if g == "geomean" else report["models"][g]["systems"].get(s, {}).get("speedup_vs_eager")
+            (xs.append(x), ys.append(v)) if v else failed.append(x)
+        bars = ax.bar(xs, ys, width, label=s)
+        color = bars.patches[0].get_facecolor() if bars.patches else None
+        for x in failed:
+            ax.text(x, 1.0, "x", ha="center", va="bottom", color=color, fontsize=9)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(groups)), groups, rotation=30, ha="right")
+    ax.set_ylabel("speedup over eager (higher is better)")
+    env, st = report["environment"], report["settings"]
+    ax.set_title(f"torchmux bench, batch {st['batch_size']}: {env['device_name'][:50]}, {env['threads']} threads", fontsize=9)
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

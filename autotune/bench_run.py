@@ -1,0 +1,229 @@
+"""The measuring side of ``torchmux bench``: what one child process does with one model.
+
+The parent (bench.py) never compiles anything itself; it starts child processes and reads what they
+write, so a backend that crashes or hangs costs one child, never the benchmark. Two kinds of child:
+
+- **compile** (one system): build the model, compile it, call it once (that first call is the
+  compile time, as torch.compile compiles lazily), call it twice more, report the process's peak
+  memory. Run twice per system with the same cache folders: first empty (cold), then hot (warm).
+- **latency** (all systems of one model, in one process, so that they share the machine's noise):
+  compile each system, check its output against eager's, then time them in interleaved rounds,
+  rotating the order every round. Progress is written as JSON lines as it happens, so when the
+  process dies the parent knows which system was running.
+
+Latency is per call, wall clock, CUDA synchronized. One sample is ``n`` back-to-back calls divided
+by ``n``, where ``n`` makes a sample last about :data:`SAMPLE_SECONDS` (short calls are noise otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import resource
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+#: the wall time one latency sample aims for; calls shorter than this are repeated within a sample
+SAMPLE_SECONDS = 0.01
+#: output tolerance against eager: compare.mismatch's float tolerances times this (whole models
+#: accumulate more rounding than the single ops the conformance suite checks)
+MATCH_SCALE = 5.0
+EAGER, INDUCTOR, AUTO = "eager", "inductor", "torchmux:auto"
+
+
+def make_compiled(system: str, model: torch.nn.Module) -> Callable[..., Any]:
+    """The callable a system makes of ``model``: eager is the model, ``inductor`` is torch.compile's
+    default, ``torchmux:<name>`` is torchmux.compile with that backend (``auto`` included)."""
+    if system == EAGER:
+        return model
+    if system == INDUCTOR:
+        return torch.compile(model, backend="inductor")
+    if system.startswith("torchmux:"):
+        import torchmux
+
+        return torchmux.compile(model, backend=system.split(":", 1)[1])
+    raise ValueError(f"unknown system {system!r}")
+
+
+def cache_env(root: Path) -> dict[str, str]:
+    """The environment that puts every on-disk compile cache of one system under ``root``."""
+    return {
+        "TORCHMUX_CACHE_DIR": str(root / "torchmux"),
+        "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
+        "TRITON_CACHE_DIR": str(root / "triton"),
+    }
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size so far (ru_maxrss: KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+def short_error(e: BaseException) -> str:
+    lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+    where = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
+    loc = f" (at {Path(where.filename).name}:{where.lineno})" if where else ""
+    return f"{type(e).__name__}: {lines[0][:300] if lines else ''}{loc}"
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _setup(device: str, threads: int | None) -> None:
+    if threads:
+        torch.set_num_threads(threads)
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda, but torch sees no CUDA GPU")
+    # every system compiles the same forward(); Dynamo keeps one cache entry per backend on its code
+    for knob in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, max(256, getattr(torch._dynamo.config, knob)))
+
+
+def _load(model: str, batch: int, device: str) -> tuple[torch.nn.Module, tuple[Any, ...]]:
+    from .zoo import build
+
+    m, args = build(model, batch)
+    return m.to(device), tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
+
+
+def first_call(system: str, model: torch.nn.Module, args: tuple[Any, ...], device: str) -> tuple[Callable[..., Any], Any, float, list[str]]:
+    """Compile and call once: (callable, output, seconds, torchmux fallback warnings)."""
+    from .dispatch import TorchmuxFallbackWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TorchmuxFallbackWarning)
+        _sync(device)
+        t0 = time.perf_counter()
+        fn = make_compiled(system, model)
+        out = fn(*args)
+        _sync(device)
+        seconds = time.perf_counter() - t0
+    notes = [str(w.message).splitlines()[0][:400] for w in caught if issubclass(w.category, TorchmuxFallbackWarning)]
+    return fn, out, seconds, notes
+
+
+# ---------------------------------------------------------------------------------------- compile child
+def compile_child(model: str, system: str, batch: int, device: str, threads: int | None) -> dict[str, Any]:
+    """Compile ``model`` with ``system`` in this fresh process: first-call seconds and peak memory."""
+    _setup(device, threads)
+    m, args = _load(model, batch, device)
+    before = peak_rss_mb()
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        gpu_before = torch.cuda.memory_allocated()
+    with torch.no_grad():
+        fn, _, seconds, notes = first_call(system, m, args, device)
+        for _ in range(2):
+            fn(*args)
+        _sync(device)
+    result: dict[str, Any] = {"ok": True, "first_call_s": seconds, "notes": notes,
+                              "rss_before_mb": before, "peak_rss_mb": peak_rss_mb()}
+    if device == "cuda":
+        result["gpu_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        result["gpu_before_mb"] = gpu_before / 2**20
+    return result
+
+
+# ---------------------------------------------------------------------------------------- latency child
+class _AutoChoices:
+    """A plugin that records what torchmux auto measured per graph, to report which backend won."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.graphs: dict[str, list[tuple[str, float, bool]]] = {}
+
+    def torchmux_candidate_measured(self, ir: Any, backend: str, seconds: float, ok: bool, reason: str) -> None:
+        if self.active:
+            self.graphs.setdefault(ir.name, []).append((backend, seconds, ok))
+
+    def chosen(self) -> dict[str, str]:
+        out = {}
+        for graph, ms in self.graphs.items():
+            ok = [m for m in ms if m[2]]
+            out[graph] = min(ok, key=lambda m: m[1])[0] if ok else "eager"
+        return out
+
+
+def _compare(out: Any, ref: list[torch.Tensor]) -> tuple[bool, float, str | None]:
+    from ..core.compare import mismatch
+    from .zoo import tensors_of
+
+    got = [t.detach() for t in tensors_of(out)]
+    wrong = mismatch(got, ref, scale=MATCH_SCALE)
+    diffs = [float((g.double() - r.double()).abs().max()) for g, r in zip(got, ref)
+             if g.shape == r.shape and r.dtype.is_floating_point and r.numel()]
+    return wrong is None, max(diffs, default=0.0), wrong
+
+
+def latency_child(model: str, systems: list[str], batch: int, device: str, threads: int | None, rounds: int,
+                  caches: dict[str, dict[str, str]], events: Path) -> None:
+    """Compile every system on one model in this process, then time them in interleaved rounds.
+
+    Writes JSON lines to ``events``: ``compile`` (about to compile), ``compiled`` (with compile
+    seconds and the output check) or ``failed``, ``timing`` (about to time a sample), ``samples``.
+    """
+    from .zoo import tensors_of
+
+    with events.open("a") as log:
+        def emit(**kw: Any) -> None:
+            log.write(json.dumps(kw) + "\n")
+            log.flush()
+
+        _setup(device, threads)
+        m, args = _load(model, batch, device)
+        recorder = _AutoChoices()
+        if any(s.startswith("torchmux:") for s in systems):
+            import torchmux
+
+            torchmux.register_plugin(recorder, name="torchmux-bench-recorder")
+        live: list[tuple[str, Callable[..., Any], int]] = []
+        with torch.no_grad():
+            ref = [t.detach().clone() for t in tensors_of(m(*args))]
+            for system in systems:
+                emit(event="compile", system=system)
+                os.environ.update(caches.get(system, {}))  # this system's cache folders (read at compile time)
+                recorder.active = system == AUTO
+                try:
+                    fn, out, seconds, notes = first_call(system, m, args, device)
+                    ok, diff, wrong = _compare(out, ref)
+                    fn(*args)  # warm-up
+                    _sync(device)
+                    t0 = time.perf_counter()
+                    fn(*args)
+                    _sync(device)
+                    once = time.perf_counter() - t0
+                except Exception as e:
+                    emit(event="failed", system=system, error=short_error(e))
+                    continue
+                finally:
+                    recorder.active = False
+                calls = max(1, min(1000, math.ceil(SAMPLE_SECONDS / max(once, 1e-7))))
+                emit(event="compiled", system=system, compile_s=seconds, matches=ok, max_abs_diff=diff, mismatch=wrong,
+                     notes=notes, calls_per_sample=calls,
+                     auto_choices=recorder.chosen() if system == AUTO else None)
+                live.append((system, fn, calls))
+            samples: dict[str, list[float]] = {s: [] for s, _, _ in live}
+            for r in range(rounds):
+                k = r % max(1, len(live))
+                for system, fn, calls in live[k:] + live[:k]:
+                    emit(event="timing", system=system, round=r)
+                    _sync(device)
+                    t0 = time.perf_counter()
+                    for _ in range(calls):
+                        fn(*args)
+                    _sync(device)
+                    samples[system].append((time.perf_counter() - t0) / calls)
+            for system, values in samples.items():
+                emit(event="samples", system=system, samples=values)
+        emit(event="done")
