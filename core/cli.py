@@ -7,6 +7,11 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:  # bench parses its own options (argparse's REMAINDER drops leading --options)
+        from ..autotune.bench import main as bench_main
+
+        return bench_main(argv[1:])
     parser = argparse.ArgumentParser(prog="torchmux", description="torchmux: every backend competes, per graph.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="show every backend, whether it can run here, and why not")
