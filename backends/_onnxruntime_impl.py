@@ -1,0 +1,324 @@
+"""ONNX Runtime backend, the heavy part: GraphIR -> ONNX model -> cached session -> IOBinding calls.
+
+The pipeline, one step per function:
+
+1. ``_provider_list``: the execution providers (request option or the device's default), checked
+   against what ONNX Runtime offers here.
+2. ``_cache_dir``: the folder that holds this graph's files, keyed by everything that changes them:
+   IR fingerprint, onnxruntime, torch and opset versions, providers.
+3. ``export_onnx`` (cache miss only): ``torch.export`` the ATen graph module, then translate it with
+   torch's ONNX exporter (torchlib). Params and buffers stay graph inputs, so new weights are used.
+4. ``_optimized_model`` (cache miss only): ONNX Runtime's extended graph optimizations, saved to disk
+   (``SessionOptions.optimized_model_filepath``). Hardware-specific layout passes run at load time.
+5. :class:`OrtGraph`: the session over the optimized model; each call binds the torch tensors'
+   memory as inputs and fresh torch tensors as outputs (IOBinding), so no NumPy array is made.
+
+Cache layout: ``<TORCHMUX_CACHE_DIR>/onnxruntime/<key>/model.onnx`` (the export) and
+``model.opt.onnx`` (after ONNX Runtime's optimizations). Files are written to a temporary name and
+renamed, so processes sharing the folder never read half a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import onnxruntime as ort
+import torch
+
+import torchmux
+from torchmux.core import settings
+from torchmux.core.ir import GraphIR, TensorSpec
+
+from .onnxruntime import CPU, CUDA, TENSORRT, usable_providers
+
+OPTIONS = {
+    "providers": "execution providers in priority order: names or (name, options) pairs",
+    "intra_op_num_threads": "threads per session (default: one per physical core)",
+}
+IR_VERSION = 10  # torch's exporter writes 10; ONNX Runtime 1.31 reads up to 13 (onnx 1.23 alone would write 14)
+
+# torch dtype -> (NumPy element type for IOBinding, ONNX Runtime's type string)
+_TYPES: dict[torch.dtype, tuple[type, str]] = {
+    torch.float32: (np.float32, "tensor(float)"),
+    torch.float16: (np.float16, "tensor(float16)"),
+    torch.float64: (np.float64, "tensor(double)"),
+    torch.int64: (np.int64, "tensor(int64)"),
+    torch.int32: (np.int32, "tensor(int32)"),
+    torch.int16: (np.int16, "tensor(int16)"),
+    torch.int8: (np.int8, "tensor(int8)"),
+    torch.uint8: (np.uint8, "tensor(uint8)"),
+    torch.bool: (np.bool_, "tensor(bool)"),
+}
+
+_registry_lock = threading.Lock()
+_registry: Any = None
+
+
+# --------------------------------------------------------------------------------------------- 1
+def _provider_list(request: torchmux.CompileRequest) -> list[tuple[str, dict[str, Any]]]:
+    """The providers to ask for, as (name, options) pairs; raises if one cannot exist here."""
+    unknown = sorted(set(request.options) - set(OPTIONS))
+    if unknown:
+        raise ValueError(
+            f"unknown onnxruntime option(s) {unknown}; known: "
+            + "; ".join(f"{k} ({v})" for k, v in OPTIONS.items())
+        )
+    device = _device(request.example_inputs)
+    requested = request.options.get("providers")
+    if requested is None:
+        usable = usable_providers()
+        if device.type == "cuda":
+            names = [p for p in (TENSORRT, CUDA) if p in usable] + [CPU]
+        else:
+            names = [CPU]
+        requested = names
+    if isinstance(requested, str) or not isinstance(requested, (list, tuple)) or not requested:
+        raise ValueError(
+            f"options['onnxruntime.providers'] must be a non-empty list of provider names or (name, options) "
+            f"pairs, got {requested!r}"
+        )
+    out: list[tuple[str, dict[str, Any]]] = []
+    built = ort.get_available_providers()
+    for p in requested:
+        name, opts = (p, {}) if isinstance(p, str) else (p[0], dict(p[1]))
+        if name not in built:
+            raise ValueError(
+                f"execution provider {name!r} is not in this onnxruntime build ({ort.__version__}); it has "
+                f"{', '.join(built)}. Pass some of those in options['onnxruntime.providers']."
+            )
+        if name in (CUDA, TENSORRT) and device.type == "cuda":
+            opts.setdefault("device_id", device.index or 0)
+        out.append((name, opts))
+    return out
+
+
+def _device(inputs: Sequence[Any]) -> torch.device:
+    return next((t.device for t in inputs if isinstance(t, torch.Tensor)), torch.device("cpu"))
+
+
+# --------------------------------------------------------------------------------------------- 2
+def _cache_dir(ir: GraphIR, providers: list[tuple[str, dict[str, Any]]]) -> Path:
+    key = json.dumps({
+        "fingerprint": ir.fingerprint(),
+        "onnxruntime": ort.__version__,
+        "torch": torch.__version__,
+        "opset": _opset(),
+        "ir_version": IR_VERSION,
+        "providers": [[name, sorted((k, str(v)) for k, v in opts.items())] for name, opts in providers],
+    }, sort_keys=True)
+    return settings.CACHE_DIR.get() / "onnxruntime" / hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def _opset() -> int:
+    from torch.onnx._internal.exporter import _constants
+
+    return int(_constants.TORCHLIB_OPSET)
+
+
+# --------------------------------------------------------------------------------------------- 3
+def _onnx_registry() -> Any:
+    """torchlib's ATen -> ONNX translations, built once per process (it takes about a second)."""
+    global _registry
+    with _registry_lock:
+        if _registry is None:
+            from torch.onnx._internal.exporter import _registration
+
+            quiet = logging.getLogger(_registration.__name__)
+            level = quiet.level
+            quiet.setLevel(logging.ERROR)  # it warns about every torchvision op when torchvision is absent
+            try:
+                _registry = _registration.ONNXRegistry.from_torchlib()
+            finally:
+                quiet.setLevel(level)
+        return _registry
+
+
+def export_onnx(ir: GraphIR, example_inputs: Sequence[Any]) -> bytes:
+    """The ONNX model of ``ir`` (serialized), inputs and outputs in the graph's order.
+
+    The graph is already Core ATen, so the fast path translates it directly with torchlib (tens of
+    milliseconds); if that fails, the public ``torch.onnx.export`` (which first decomposes further
+    with ONNX's own table, about a second more) gets a second try.
+    """
+    args = tuple(t.detach() if isinstance(t, torch.Tensor) else t for t in example_inputs)
+    try:
+        program = _export_fast(ir, args)
+    except Exception as fast_error:
+        try:
+            program = torch.onnx.export(
+                torch.export.export(ir.gm, args, strict=False), (), dynamo=True,
+                optimize=False, verify=False, report=False, verbose=False,
+            )
+        except Exception as e:
+            raise RuntimeError(
+                f"torch's ONNX exporter cannot translate graph {ir.name}: {type(e).__name__}: {_first_line(e)} "
+                f"(direct translation failed first with {type(fast_error).__name__}: {_first_line(fast_error)})"
+            ) from e
+    model = program.model_proto
+    if len(model.graph.input) != len(ir.placeholders) or len(model.graph.output) != len(ir.outputs):
+        raise RuntimeError(
+            f"the ONNX model of graph {ir.name} has {len(model.graph.input)} inputs and {len(model.graph.output)} "
+            f"outputs; the graph has {len(ir.placeholders)} and {len(ir.outputs)}"
+        )
+    model.ir_version = min(model.ir_version, IR_VERSION)
+    return model.SerializeToString()
+
+
+def _export_fast(ir: GraphIR, args: tuple[Any, ...]) -> Any:
+    from torch.onnx._internal.exporter import _core, _fx_passes
+
+    registry = _onnx_registry()
+    program = torch.export.export(ir.gm, args, strict=False)
+    _fx_passes.insert_type_promotion_nodes(program.graph_module)  # ONNX has no implicit type promotion
+    return _core._exported_program_to_onnx_program(program, registry=registry)
+
+
+def _first_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0][:300] if lines else ""
+
+
+# --------------------------------------------------------------------------------------------- 4
+def _session_options(level: ort.GraphOptimizationLevel, threads: int | None) -> ort.SessionOptions:
+    so = ort.SessionOptions()
+    so.log_severity_level = 3  # errors only: shape-merge notes on empty tensors are not the user's business
+    so.graph_optimization_level = level
+    if threads:
+        so.intra_op_num_threads = int(threads)
+    return so
+
+
+def _write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _optimized_model(folder: Path, providers: list[tuple[str, dict[str, Any]]]) -> Path:
+    """Run ONNX Runtime's hardware-independent optimizations once and save the result next to the export.
+
+    TensorRT compiles the graph into engines that cannot be saved as ONNX; with TensorRT the export
+    itself is loaded (TensorRT keeps its own engine cache, see :func:`_with_engine_cache`).
+    """
+    source, target = folder / "model.onnx", folder / "model.opt.onnx"
+    if any(name == TENSORRT for name, _ in providers):
+        return source
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    so = _session_options(ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, None)
+    so.optimized_model_filepath = str(tmp)
+    ort.InferenceSession(str(source), sess_options=so, providers=_with_engine_cache(providers, folder))
+    os.replace(tmp, target)
+    return target
+
+
+def _with_engine_cache(providers: list[tuple[str, dict[str, Any]]], folder: Path) -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for name, opts in providers:
+        opts = dict(opts)
+        if name == TENSORRT:
+            opts.setdefault("trt_engine_cache_enable", True)
+            opts.setdefault("trt_engine_cache_path", str(folder / "tensorrt"))
+        if name == CUDA and torch.cuda.is_available():
+            # run on torch's current stream: inputs torch wrote are ready, outputs are ordered for torch
+            opts.setdefault("user_compute_stream", str(torch.cuda.current_stream(opts.get("device_id", 0)).cuda_stream))
+        out.append((name, opts))
+    return out
+
+
+# --------------------------------------------------------------------------------------------- 5
+class OrtGraph:
+    """A compiled graph: an ONNX Runtime session called through IOBinding on torch memory."""
+
+    def __init__(self, ir: GraphIR, session: ort.InferenceSession, device: torch.device, *,
+                 folder: Path, cache_hit: bool, export_seconds: float) -> None:
+        self.session = session
+        self.providers = session.get_providers()
+        self.folder, self.cache_hit, self.export_seconds = folder, cache_hit, export_seconds
+        self.device = device
+        self._dev_type, self._dev_id = device.type, device.index or 0
+        self._inputs = _check_io("input", session.get_inputs(), ir.input_specs)
+        self._outputs = _check_io("output", session.get_outputs(), ir.output_specs)
+        # a value returned twice is bound once and returned twice (as eager returns the same tensor)
+        self._first: list[int] = []
+        names: dict[str, int] = {}
+        for i, (name, _, _) in enumerate(self._outputs):
+            self._first.append(names.setdefault(name, i))
+
+    def __call__(self, *args: torch.Tensor) -> list[torch.Tensor]:
+        outs = [torch.empty(spec.shape, dtype=spec.dtype, device=self.device) for _, _, spec in self._outputs]
+        self.run_into(args, outs)
+        return [outs[j] for j in self._first]
+
+    def run_into(self, args: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> Sequence[torch.Tensor]:
+        """Run with ``outs`` (contiguous tensors of the output specs) bound as the outputs; returns ``outs``."""
+        binding = self.session.io_binding()
+        keep = []  # contiguous copies must live until the run is over
+        for (name, np_type, _), t in zip(self._inputs, args):
+            if not t.is_contiguous():
+                t = t.contiguous()
+                keep.append(t)
+            binding.bind_input(name, t.device.type, t.device.index or 0, np_type, tuple(t.shape), t.data_ptr())
+        bound: set[str] = set()
+        for (name, np_type, _), o in zip(self._outputs, outs):
+            if name not in bound:
+                binding.bind_output(name, o.device.type, o.device.index or 0, np_type, tuple(o.shape), o.data_ptr())
+                bound.add(name)
+        self.session.run_with_iobinding(binding)
+        del keep
+        return outs
+
+
+def _check_io(kind: str, args: Sequence[Any], specs: Sequence[TensorSpec | None]) -> list[tuple[str, type, TensorSpec]]:
+    """Pair the session's inputs/outputs with the graph's specs; raise if any type or shape disagrees
+    (binding memory of the wrong size or type would read or write garbage)."""
+    out = []
+    for i, (arg, spec) in enumerate(zip(args, specs)):
+        if spec is None or not spec.is_static:
+            raise NotImplementedError(f"graph {kind} {i} is not a tensor of static shape; onnxruntime compiles static shapes only")
+        if spec.dtype not in _TYPES:
+            raise NotImplementedError(f"graph {kind} {i} has dtype {spec.dtype}, which IOBinding cannot describe")
+        np_type, ort_type = _TYPES[spec.dtype]
+        shape = [d if isinstance(d, int) else None for d in arg.shape]
+        if arg.type != ort_type or (len(shape) != len(spec.shape)) or any(
+            d is not None and d != s for d, s in zip(shape, spec.shape)
+        ):
+            raise RuntimeError(
+                f"the ONNX model's {kind} {i} ({arg.name}) is {arg.type}{arg.shape}; the graph says "
+                f"{spec.short()}: the export changed the program"
+            )
+        out.append((arg.name, np_type, spec))
+    return out
+
+
+def compile_graph(request: torchmux.CompileRequest) -> OrtGraph:
+    ir = request.ir
+    if not ir.is_static:
+        raise NotImplementedError("onnxruntime compiles static shapes only; compile with dynamic=False")
+    providers = _provider_list(request)
+    device = _device(request.example_inputs)
+    folder = _cache_dir(ir, providers)
+    folder.mkdir(parents=True, exist_ok=True)
+    exported, optimized = folder / "model.onnx", folder / "model.opt.onnx"
+    cache_hit = optimized.exists() or (exported.exists() and any(n == TENSORRT for n, _ in providers))
+    t0 = time.perf_counter()
+    if not exported.exists():
+        _write(exported, export_onnx(ir, request.example_inputs))
+    export_seconds = time.perf_counter() - t0 if not cache_hit else 0.0
+    model = optimized if optimized.exists() else _optimized_model(folder, providers)
+    so = _session_options(ort.GraphOptimizationLevel.ORT_ENABLE_ALL, request.options.get("intra_op_num_threads"))
+    session = ort.InferenceSession(str(model), sess_options=so, providers=_with_engine_cache(providers, folder))
+    missing = [name for name, _ in providers if name not in session.get_providers()]
+    if missing:
+        raise RuntimeError(
+            f"onnxruntime could not enable {', '.join(missing)} here (the session got {', '.join(session.get_providers())}); "
+            f"providers usable on this machine: {', '.join(usable_providers())}. Pass those in options['onnxruntime.providers']."
+        )
+    return OrtGraph(ir, session, device, folder=folder, cache_hit=cache_hit, export_seconds=export_seconds)
