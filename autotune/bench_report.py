@@ -107,29 +107,39 @@ def write_chart(report: dict[str, Any], path: Path) -> Path | None:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError:
         return None
     systems = [s for s in report["settings"]["systems"] if s != "eager"]
     groups = list(report["models"]) + ["geomean"]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(groups) * max(1, len(systems)) ** 0.5 + 2), 4.5))
     width = 0.8 / max(1, len(systems))
+    values: list[float] = []
     for j, s in enumerate(systems):
         xs, ys, failed = [], [], []
         for i, g in enumerate(groups):
             x = i - 0.4 + width * (j + 0.5)
             v = report["geomean"][s]["speedup_vs_eager"] if g == "geomean" else report["models"][g]["systems"].get(s, {}).get("speedup_vs_eager")
             (xs.append(x), ys.append(v)) if v else failed.append(x)
-        bars = ax.bar(xs, ys, width, label=s)
-        color = bars.patches[0].get_facecolor() if bars.patches else None
+        bars = ax.bar(xs, [y - 1.0 for y in ys], width, bottom=1.0, label=s)  # bars grow from 1x, up or down
+        color = bars.patches[0].get_facecolor() if bars.patches else f"C{j}"
+        for x, y in zip(xs, ys):
+            ax.text(x, y, f"{y:.2g}", ha="center", va="bottom" if y >= 1 else "top", fontsize=6)
         for x in failed:
-            ax.text(x, 1.0, "x", ha="center", va="bottom", color=color, fontsize=9)
+            ax.text(x, 1.0, "x", ha="center", va="center", color=color, fontsize=10, fontweight="bold")
+        values += ys
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_yscale("log")
+    ax.set_ylim(min(values + [1.0]) / 1.4, max(values + [1.0]) * 1.4)
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}x" if str(v)[0] in "25" else ""))
+    ax.tick_params(axis="y", which="minor", labelsize=7)
     ax.set_xticks(range(len(groups)), groups, rotation=30, ha="right")
-    ax.set_ylabel("speedup over eager (higher is better)")
+    ax.set_ylabel("speedup over eager (log scale, higher is better)")
     env, st = report["environment"], report["settings"]
     ax.set_title(f"torchmux bench, batch {st['batch_size']}: {env['device_name'][:50]}, {env['threads']} threads", fontsize=9)
     ax.legend(fontsize=8, ncol=2)
+    fig.text(0.01, 0.01, "x: failed", fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

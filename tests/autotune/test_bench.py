@@ -1,0 +1,163 @@
+"""``torchmux bench`` end to end on the tiniest setting: real child processes, real compiles, real timings.
+
+No timing is asserted (speed is the benchmark's business); the tests check that every figure is
+there, that the outputs are written, and that a backend that kills its process is reported, not fatal.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from torchmux.autotune import bench
+from torchmux.core.registry import get_registry
+
+FIGURES = ("latency_ms", "speedup_vs_eager", "compile_s", "memory_mb", "matches_eager", "max_abs_diff")
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path, str]:
+    out = tmp_path_factory.mktemp("bench")
+    import contextlib
+    import io
+
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        rc = bench.main(["--models", "mlp", "--batch-size", "2", "--systems", "eager,torchmux:eager",
+                         "--rounds", "3", "--out", str(out), "--no-progress"])
+    return rc, out, text.getvalue()
+
+
+def test_json_has_every_figure(small_run: tuple[int, Path, str]) -> None:
+    rc, out, _ = small_run
+    assert rc == 0
+    report = json.loads((out / "bench.json").read_text())
+    assert report["settings"]["systems"] == ["eager", "torchmux:eager"]
+    rows = report["models"]["mlp"]["systems"]
+    for system in ("eager", "torchmux:eager"):
+        row = rows[system]
+        assert row["ok"], row["error"]
+        for key in FIGURES:
+            assert key in row, f"{system} lacks {key}"
+        lat = row["latency_ms"]
+        assert len(row["samples_ms"]) == 3
+        assert lat["min"] <= lat["q1"] <= lat["median"] <= lat["q3"] <= lat["max"]
+        assert row["matches_eager"] is True and row["max_abs_diff"] <= 1e-4
+        assert row["memory_mb"]["kind"] == "rss" and row["memory_mb"]["peak"] > 50  # torch alone is more
+        assert row["compile_s"]["cold"] > 0
+    assert rows["eager"]["speedup_vs_eager"] == 1.0
+    s = rows["torchmux:eager"]
+    assert math.isclose(s["speedup_vs_eager"], rows["eager"]["latency_ms"]["median"] / s["latency_ms"]["median"])
+    assert s["compile_s"]["warm"] > 0  # the second process on hot caches
+    assert s["speedup_vs_inductor"] is None  # inductor was not run
+    geo = report["geomean"]["torchmux:eager"]
+    assert geo["speedup_vs_eager_models"] == 1 and math.isclose(geo["speedup_vs_eager"], s["speedup_vs_eager"])
+    assert report["environment"]["torch"] and report["measures"]["memory_mb"]
+
+
+def test_chart_is_a_png(small_run: tuple[int, Path, str]) -> None:
+    _, out, _ = small_run
+    assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "bench.png").stat().st_size > 5000
+
+
+def test_table_prints(small_run: tuple[int, Path, str]) -> None:
+    _, out, text = small_run
+    assert "median ms" in text and "speedup vs eager" in text and "geomean" in text
+    detail = next(line for line in text.splitlines() if line.strip().startswith("torchmux:eager"))
+    assert "x" in detail and "yes" in detail  # a speedup and the output check
+    assert str(out / "bench.json") in text
+
+
+def test_bad_model_lists_the_zoo(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    rc = bench.main(["--models", "mlp,resnet50", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "'resnet50' not in the zoo" in err
+    for name in ("mlp", "resnet", "bert", "gpt2", "t5_encoder", "vit", "attention", "rmsnorm_mlp", "pointwise"):
+        assert name in err
+    assert not (tmp_path / "bench.json").exists()
+
+
+def test_bad_system_lists_the_systems(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert bench.main(["--models", "mlp", "--systems", "eager,nosuch", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "'nosuch' is not a system" in err and "torchmux:eager" in err and "inductor" in err
+
+
+def test_default_systems() -> None:
+    systems, skipped = bench.resolve_systems("default", "cpu")
+    assert systems[0] == "eager" and "inductor" in systems and systems[-1] == "torchmux:auto"
+    assert "torchmux:eager" not in systems  # eager is the eager system
+    registry = get_registry()
+    for name in registry.names:
+        b = registry.get(name)
+        if name != "eager" and not getattr(b, "auto", True):
+            assert f"torchmux:{name}" not in systems and f"torchmux:{name}" in skipped  # e.g. interpreter-only triton
+        if not registry.availability(name).ok:
+            assert f"torchmux:{name}" not in systems
+
+
+CRASHING_PLUGIN = '''
+    """A real backend that kills its own process on the eighth call of a compiled graph in that process."""
+    import os
+    import signal
+
+    import torchmux
+
+    CALLS = [0]
+
+
+    class Crashing(torchmux.Backend):
+        name = "bench_crashing"
+        auto = False  # never chosen unless named
+        description = "test backend: dies on the eighth call"
+
+        def compile(self, request):
+            forward = request.ir.gm.forward
+
+            def run(*args):
+                CALLS[0] += 1
+                if CALLS[0] == 8:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return list(forward(*args))
+
+            return run
+
+
+    @torchmux.hookimpl
+    def torchmux_add_backends():
+        return [Crashing()]
+'''
+
+
+@pytest.fixture
+def crashing_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    (tmp_path / "bench_crashing_plugin.py").write_text(textwrap.dedent(CRASHING_PLUGIN))
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{__import__('os').environ.get('PYTHONPATH', '')}")
+    monkeypatch.setenv("TORCHMUX_PLUGINS", "bench_crashing_plugin")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    get_registry(reload=True)
+    yield
+    monkeypatch.undo()
+    get_registry(reload=True)
+
+
+def test_a_backend_that_kills_the_process_is_reported(crashing_backend: None, tmp_path: Path) -> None:
+    """The cold compile process survives (torchmux's first call checks the answer, 3 calls, then 2 more);
+    the latency process (5 calls before timing, then at least 10) dies while timing it, is run again
+    without it, and eager still gets its figures."""
+    out = tmp_path / "out"
+    rc = bench.main(["--models", "mlp", "--batch-size", "2", "--systems", "eager,bench_crashing", "--rounds", "10",
+                     "--out", str(out), "--no-progress", "--no-warm"])
+    assert rc == 0
+    rows = json.loads((out / "bench.json").read_text())["models"]["mlp"]["systems"]
+    assert rows["eager"]["ok"] and rows["eager"]["latency_ms"]["median"] > 0
+    crashed = rows["torchmux:bench_crashing"]
+    assert not crashed["ok"]
+    assert "SIGKILL while timing it" in crashed["error"]
+    assert crashed["compile_s"]["cold"] > 0  # its own compile process finished
