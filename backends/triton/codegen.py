@@ -1,0 +1,529 @@
+"""Triton source for one fused kernel (fusion.Kernel): the prologue, one line per value, the stores.
+
+The generated function reads like this (a softmax over the last dim of a [64, 33] input)::
+
+    @triton.jit
+    def tmx_softmax_0(in0, in0_s0, in0_s1, out0, out0_s0, out0_s1, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+        pid = tl.program_id(0)
+        r = pid * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]      # rows: the kept dims, flattened
+        k = tl.arange(0, BLOCK_K)[None, :]                      # the whole reduced row
+        rmask = r < 64
+        kmask = k < 33
+        i0 = r % 64
+        i1 = k % 33
+        v0 = tl.load(in0 + (i0)*in0_s0 + (i1)*in0_s1, mask=rmask & kmask, other=0).to(tl.float32)
+        v1 = tl.broadcast_to(v0, [BLOCK_R, BLOCK_K])
+        v2 = tl.max(tl.where(kmask, v1, float('-inf')), axis=1)[:, None]
+        ...
+        tl.store(out0 + ..., tl.broadcast_to(v5.to(tl.float32), [BLOCK_R, BLOCK_K]), mask=...)
+
+Values are computed in float32 whatever the storage dtype (reductions accumulate in float32); a value
+whose graph dtype is float16 or bfloat16 is rounded to it after each op, as eager rounds each op's
+result, so fused code gives eager's answer. Shapes are baked in as constants (one kernel per input
+signature); strides are arguments, so any layout of the same shape reuses the kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+
+from .fusion import GETITEM, MAX_ROW, POINTWISE, ROW, VIEW, ZERO, Idx, Index, Kernel, arg_requests, classify, op_key, \
+    row_index, shape_of
+
+__all__ = ["KernelSource", "generate", "block_config"]
+
+TL = {
+    torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.float64: "tl.float64",
+    torch.int64: "tl.int64", torch.int32: "tl.int32", torch.int16: "tl.int16", torch.int8: "tl.int8",
+    torch.uint8: "tl.uint8", torch.bool: "tl.int1",
+}
+F32 = "tl.float32"
+
+
+def compute_type(dtype: torch.dtype) -> str:
+    """The type a value of ``dtype`` is held in inside a kernel: float32 for every float dtype."""
+    if dtype.is_floating_point:
+        return F32
+    if dtype not in TL:
+        raise NotImplementedError(f"dtype {dtype} has no Triton type here; the op runs in ATen instead")
+    return TL[dtype]
+
+
+def lit(v: Any) -> str:
+    """A Python scalar as Triton source."""
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "float('nan')"
+        if math.isinf(v):
+            return "float('inf')" if v > 0 else "float('-inf')"
+        return repr(v)
+    if isinstance(v, int):
+        return str(v)
+    raise NotImplementedError(f"constant {v!r} of type {type(v).__name__} in a fused op")
+
+
+# ------------------------------------------------------------------------------------------------
+# Pointwise rules: (args as source, node) -> source; args are already in the op's operand type
+# ------------------------------------------------------------------------------------------------
+
+
+def _tanh(x: str) -> str:
+    return f"(2.0 * tl.sigmoid(2.0 * {x}) - 1.0)"
+
+
+def _pow(x: str, y: str) -> str:
+    """x ** y for float32 x and y, with torch's rules for zero, negative bases and integer exponents."""
+    mag = f"tl.exp2({y} * tl.log2(tl.abs({x})))"
+    odd = f"(tl.floor({y} * 0.5) * 2.0 != {y})"
+    neg = f"tl.where(tl.floor({y}) == {y}, tl.where({odd}, -{mag}, {mag}), float('nan'))"
+    return f"tl.where({y} == 0, 1.0, tl.where({x} < 0, {neg}, {mag}))"
+
+
+def _pow_scalar(a: list[str], n: fx.Node) -> str:
+    x, e = a[0], n.args[1]
+    table = {1: x, 2: f"({x} * {x})", 3: f"({x} * {x} * {x})", 4: f"(({x} * {x}) * ({x} * {x}))",
+             0.5: f"tl.sqrt({x})", -1: f"(1.0 / {x})", -0.5: f"tl.rsqrt({x})", 0: f"({x} * 0.0 + 1.0)"}
+    return table.get(e, _pow(x, lit(float(e))))
+
+
+def _round(x: str) -> str:  # half to even, as torch.round
+    f = f"tl.floor({x} + 0.5)"
+    return f"tl.where(({f} - {x} == 0.5) & ({f} * 0.5 != tl.floor({f} * 0.5)), {f} - 1.0, {f})"
+
+
+def _clamp(x: str, lo: Any, hi: Any) -> str:
+    if lo is not None:
+        x = f"tl.where({x} < {lit(lo)}, {lit(lo)}, {x})"
+    if hi is not None:
+        x = f"tl.where({x} > {lit(hi)}, {lit(hi)}, {x})"
+    return x
+
+
+def _arg(n: fx.Node, i: int, name: str, default: Any) -> Any:
+    if len(n.args) > i:
+        return n.args[i]
+    return n.kwargs.get(name, default)
+
+
+def _alpha(y: str, n: fx.Node) -> str:
+    alpha = n.kwargs.get("alpha", 1)
+    return y if alpha == 1 else f"({y} * {lit(alpha)})"
+
+
+def _gelu(a: list[str], n: fx.Node) -> str:
+    x = a[0]
+    if n.kwargs.get("approximate", _arg(n, 1, "approximate", "none")) == "tanh":
+        return f"(0.5 * {x} * (1.0 + {_tanh(f'0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})')}))"
+    return f"(0.5 * {x} * (1.0 + tl.erf({x} * 0.7071067811865476)))"
+
+
+def _max_min(fn: str) -> Callable[[list[str], fx.Node], str]:
+    def rule(a: list[str], n: fx.Node) -> str:
+        if shape_dtype(n).is_floating_point:
+            return f"tl.{fn}({a[0]}, {a[1]}, propagate_nan=tl.PropagateNan.ALL)"
+        return f"tl.{fn}({a[0]}, {a[1]})"
+    return rule
+
+
+def _fmod(a: list[str], n: fx.Node) -> str:
+    return f"({a[0]} % {a[1]})"  # Triton's % is C fmod (sign of the dividend), as torch.fmod
+
+
+def _sign(a: list[str], n: fx.Node) -> str:
+    x = a[0]
+    if shape_dtype(n).is_floating_point:
+        return f"tl.where({x} > 0, 1.0, tl.where({x} < 0, -1.0, {x} * 0.0))"
+    return f"tl.where({x} > 0, 1, tl.where({x} < 0, -1, 0))"
+
+
+def shape_dtype(n: fx.Node) -> torch.dtype:
+    return n.meta["val"].dtype
+
+
+RULES: dict[str, Callable[[list[str], fx.Node], str]] = {
+    "abs.default": lambda a, n: f"tl.abs({a[0]})",
+    "neg.default": lambda a, n: f"(-{a[0]})",
+    "exp.default": lambda a, n: f"tl.exp({a[0]})",
+    "expm1.default": lambda a, n: f"(tl.exp({a[0]}) - 1.0)",
+    "log.default": lambda a, n: f"tl.log({a[0]})",
+    "log1p.default": lambda a, n: f"tl.log(1.0 + {a[0]})",
+    "sqrt.default": lambda a, n: f"tl.sqrt({a[0]})",
+    "rsqrt.default": lambda a, n: f"tl.rsqrt({a[0]})",
+    "reciprocal.default": lambda a, n: f"(1.0 / {a[0]})",
+    "sin.default": lambda a, n: f"tl.sin({a[0]})",
+    "cos.default": lambda a, n: f"tl.cos({a[0]})",
+    "tanh.default": lambda a, n: _tanh(a[0]),
+    "sigmoid.default": lambda a, n: f"tl.sigmoid({a[0]})",
+    "erf.default": lambda a, n: f"tl.erf({a[0]})",
+    "relu.default": lambda a, n: f"tl.where({a[0]} < 0, 0, {a[0]})",
+    "gelu.default": _gelu,
+    "floor.default": lambda a, n: f"tl.floor({a[0]})" if shape_dtype(n).is_floating_point else a[0],
+    "ceil.default": lambda a, n: f"tl.ceil({a[0]})" if shape_dtype(n).is_floating_point else a[0],
+    "round.default": lambda a, n: _round(a[0]) if shape_dtype(n).is_floating_point else a[0],
+    "sign.default": _sign,
+    "pow.Tensor_Scalar": _pow_scalar,
+    "pow.Tensor_Tensor": lambda a, n: _pow(a[0], a[1]),
+    "clamp.default": lambda a, n: _clamp(a[0], _arg(n, 1, "min", None), _arg(n, 2, "max", None)),
+    "hardtanh.default": lambda a, n: _clamp(a[0], _arg(n, 1, "min_val", -1.0), _arg(n, 2, "max_val", 1.0)),
+    "leaky_relu.default": lambda a, n: f"tl.where({a[0]} > 0, {a[0]}, {a[0]} * {lit(_arg(n, 1, 'negative_slope', 0.01))})",
+    "elu.default": lambda a, n: (
+        f"tl.where({a[0]} > 0, {a[0]} * {lit(float(_arg(n, 2, 'scale', 1.0)))}, "
+        f"(tl.exp({a[0]} * {lit(float(_arg(n, 3, 'input_scale', 1.0)))}) - 1.0) * "
+        f"{lit(float(_arg(n, 1, 'alpha', 1.0)) * float(_arg(n, 2, 'scale', 1.0)))})"
+    ),
+    "add.Tensor": lambda a, n: f"({a[0]} + {_alpha(a[1], n)})",
+    "add.Scalar": lambda a, n: f"({a[0]} + {_alpha(a[1], n)})",
+    "sub.Tensor": lambda a, n: f"({a[0]} - {_alpha(a[1], n)})",
+    "sub.Scalar": lambda a, n: f"({a[0]} - {_alpha(a[1], n)})",
+    "mul.Tensor": lambda a, n: f"({a[0]} * {a[1]})",
+    "mul.Scalar": lambda a, n: f"({a[0]} * {a[1]})",
+    "div.Tensor": lambda a, n: f"({a[0]} / {a[1]})",
+    "div.Scalar": lambda a, n: f"({a[0]} / {a[1]})",
+    "maximum.default": _max_min("maximum"),
+    "minimum.default": _max_min("minimum"),
+    "fmod.Tensor": _fmod,
+    "fmod.Scalar": _fmod,
+    "eq.Tensor": lambda a, n: f"({a[0]} == {a[1]})",
+    "eq.Scalar": lambda a, n: f"({a[0]} == {a[1]})",
+    "ne.Tensor": lambda a, n: f"({a[0]} != {a[1]})",
+    "ne.Scalar": lambda a, n: f"({a[0]} != {a[1]})",
+    "gt.Tensor": lambda a, n: f"({a[0]} > {a[1]})",
+    "gt.Scalar": lambda a, n: f"({a[0]} > {a[1]})",
+    "lt.Tensor": lambda a, n: f"({a[0]} < {a[1]})",
+    "lt.Scalar": lambda a, n: f"({a[0]} < {a[1]})",
+    "ge.Tensor": lambda a, n: f"({a[0]} >= {a[1]})",
+    "ge.Scalar": lambda a, n: f"({a[0]} >= {a[1]})",
+    "le.Tensor": lambda a, n: f"({a[0]} <= {a[1]})",
+    "le.Scalar": lambda a, n: f"({a[0]} <= {a[1]})",
+    "logical_and.default": lambda a, n: f"({a[0]} & {a[1]})",
+    "logical_or.default": lambda a, n: f"({a[0]} | {a[1]})",
+    "logical_not.default": lambda a, n: f"({a[0]} == 0)",
+    "where.self": lambda a, n: f"tl.where({a[0]}, {a[1]}, {a[2]})",
+    "_to_copy.default": lambda a, n: a[0],
+    "clone.default": lambda a, n: a[0],
+    "alias.default": lambda a, n: a[0],
+}
+_COMPARE = {"eq", "ne", "gt", "lt", "ge", "le"}
+_LOGICAL = {"logical_and", "logical_or", "logical_not"}
+
+
+def operand_types(node: fx.Node) -> list[str]:
+    """The type each positional argument is converted to before the op's rule applies."""
+    key = op_key(node)
+    base = key.split(".")[0]
+    out_t = compute_type(shape_dtype(node))
+    if base in _LOGICAL:
+        return ["tl.int1"] * len(node.args)
+    if base in _COMPARE or key in ("_to_copy.default", "clone.default", "alias.default"):
+        dtypes = [a.meta["val"].dtype for a in node.args if isinstance(a, fx.Node)]
+        if base in _COMPARE:
+            if any(isinstance(a, float) for a in node.args[1:]) and not any(d.is_floating_point for d in dtypes):
+                dtypes.append(torch.float32)
+            promoted = dtypes[0]
+            for d in dtypes[1:]:
+                promoted = torch.promote_types(promoted, d)
+            return [compute_type(promoted)] * len(node.args)
+        return [compute_type(dtypes[0])]
+    if key == "where.self":
+        return ["tl.int1", out_t, out_t]
+    return [out_t] * len(node.args)
+
+
+def cast(var: str, have: str, want: str) -> str:
+    if have == want:
+        return var
+    if want == "tl.int1":
+        return f"({var} != 0)"
+    return f"{var}.to({want})"
+
+
+# ------------------------------------------------------------------------------------------------
+# The emitter
+# ------------------------------------------------------------------------------------------------
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (max(1, n) - 1).bit_length())
+
+
+@dataclass(frozen=True)
+class BlockConfig:
+    block_r: int
+    block_k: int
+    num_warps: int
+    programs: int
+
+
+def block_config(kernel: Kernel, interpret: bool) -> BlockConfig:
+    """Block sizes by heuristic. The interpreter likes few, large programs (NumPy does the work);
+    a GPU likes ~1-4K elements per program and a whole row per program for reductions."""
+    shape, reduced = kernel.domain.shape, kernel.domain.reduced
+    rows = math.prod(s for d, s in enumerate(shape) if d not in reduced)
+    if not reduced:
+        block = min(_pow2(rows), 1 << 14 if interpret else 1024)
+        block = max(block, 16)
+        return BlockConfig(block, 1, 4 if block <= 1024 else 8, max(1, -(-rows // block)))
+    block_k = max(2, _pow2(kernel.domain.row_len))
+    assert kernel.domain.row_len <= MAX_ROW
+    budget = (1 << 14) if interpret else 4096
+    block_r = max(2, min(_pow2(rows), budget // block_k))
+    elems = block_r * block_k
+    warps = 4 if elems <= 4096 else 8 if elems <= 8192 else 16
+    return BlockConfig(block_r, block_k, warps, max(1, -(-rows // block_r)))
+
+
+@dataclass
+class KernelSource:
+    name: str
+    source: str
+    inputs: list[fx.Node]  # tensors loaded, in argument order (each followed by its strides)
+    outputs: list[fx.Node]  # tensors stored, in argument order (each followed by its strides)
+    config: BlockConfig
+    ops: int = 0
+
+
+@dataclass
+class _Emitter:
+    kernel: Kernel
+    lines: list[str] = field(default_factory=list)
+    cache: dict[tuple[fx.Node, int | None, Index], tuple[str, str]] = field(default_factory=dict)
+    loads: dict[fx.Node, int] = field(default_factory=dict)
+    rows: dict[fx.Node, list[tuple[str, str]]] = field(default_factory=dict)
+    counter: int = 0
+
+    def __post_init__(self) -> None:
+        self.dom = self.kernel.domain
+        self.reduction = bool(self.dom.reduced)
+        self.inside = self.kernel.node_set
+
+    # ------------------------------------------------------------------ helpers
+    def new(self, code: str) -> str:
+        var = f"v{self.counter}"
+        self.counter += 1
+        self.lines.append(f"{var} = {code}")
+        return var
+
+    def shape(self, dims: frozenset[int]) -> str:
+        if not self.reduction:
+            return "[BLOCK_R]" if dims else "[1]"
+        rows = any(d not in self.dom.reduced for d in dims)
+        ks = any(d in self.dom.reduced for d in dims)
+        return f"[{'BLOCK_R' if rows else 1}, {'BLOCK_K' if ks else 1}]"
+
+    def mask(self, dims: frozenset[int]) -> str | None:
+        parts = []
+        if any(d not in self.dom.reduced for d in dims):
+            parts.append("rmask")
+        if any(d in self.dom.reduced for d in dims):
+            parts.append("kmask")
+        return " & ".join(parts) or None
+
+    @staticmethod
+    def dims_of(index: Index) -> frozenset[int]:
+        out: frozenset[int] = frozenset()
+        for i in index:
+            out |= i.dims
+        return out
+
+    def offset(self, base: str, index: Index) -> str:
+        terms = [f"({i.code})*{base}_s{d}" for d, i in enumerate(index) if i != ZERO]
+        if not terms:
+            return f"tl.zeros({self.shape(frozenset())}, tl.int32)"
+        return " + ".join(terms)
+
+    # ------------------------------------------------------------------ values
+    def value(self, node: fx.Node, output: int | None, index: Index) -> tuple[str, str]:
+        """(variable, Triton type) of ``node`` (its ``output``) at ``index``."""
+        key = (node, output, index)
+        if key in self.cache:
+            return self.cache[key]
+        if node not in self.inside:
+            res = self.load(node, index)
+        else:
+            kind = classify(node)
+            if kind == ROW:
+                assert index == row_index(node, output or 0, self.dom), f"{node.format_node()} read off its row"
+                res = self.rowwise(node)[output or 0]
+            elif kind == GETITEM:
+                res = self.value(node.args[0], node.args[1], index)
+            elif kind == VIEW:
+                [(src, o, src_index)] = arg_requests(node, index, self.dom)  # type: ignore[misc]
+                res = self.value(src, o, src_index)
+            else:
+                res = self.pointwise(node, index)
+        self.cache[key] = res
+        return res
+
+    def load(self, node: fx.Node, index: Index) -> tuple[str, str]:
+        if node not in self.loads:
+            self.loads[node] = len(self.loads)
+        base = f"in{self.loads[node]}"
+        dtype = node.meta["val"].dtype
+        dims = self.dims_of(index)
+        m = self.mask(dims)
+        mask = f", mask={m}, other=0" if m else ""
+        var = self.new(f"tl.load({base} + {self.offset(base, index)}{mask})")
+        t = compute_type(dtype)
+        if t != TL[dtype]:
+            var = self.new(f"{var}.to({t})")
+        return var, t
+
+    def pointwise(self, node: fx.Node, index: Index) -> tuple[str, str]:
+        key = op_key(node)
+        dtype = shape_dtype(node)
+        out_t = compute_type(dtype)
+        if key in ("full.default", "scalar_tensor.default"):
+            value = node.args[1] if key == "full.default" else node.args[0]
+            return self.new(f"tl.full({self.shape(frozenset())}, {lit(value)}, {out_t})"), out_t
+        if key.startswith("arange."):
+            a = node.args
+            start, step = (0, 1) if key == "arange.default" else (a[0], a[2] if len(a) > 2 else 1)
+            i = index[0] if index else ZERO
+            if i == ZERO:
+                return self.new(f"tl.full({self.shape(frozenset())}, {lit(start)}, {out_t})"), out_t
+            return self.new(f"({i.code}).to({out_t}) * {lit(step)} + {lit(start)}"), out_t
+        types = operand_types(node)
+        reqs = iter(arg_requests(node, index, self.dom) or [])
+        args: list[str] = []
+        for a, want in zip(node.args, types):
+            if isinstance(a, fx.Node):
+                src, o, src_index = next(reqs)
+                var, have = self.value(src, o, src_index)
+                args.append(cast(var, have, want))
+            else:
+                args.append(lit(a))
+        code = RULES[key](args, node)
+        if key == "_to_copy.default":
+            code = cast(code, types[0], out_t)
+        var = code if code.isidentifier() else self.new(code)
+        return self.rounded(var, dtype), out_t
+
+    def rounded(self, var: str, dtype: torch.dtype) -> str:
+        """Round a float32 value to a narrower graph dtype, as eager stores each op's result."""
+        if dtype in (torch.float16, torch.bfloat16):
+            return self.new(f"{var}.to({TL[dtype]}).to(tl.float32)")
+        return var
+
+    def rowwise(self, node: fx.Node) -> list[tuple[str, str]]:
+        if node in self.rows:
+            return self.rows[node]
+        key = op_key(node)
+        reqs = arg_requests(node, self.dom.full_index(), self.dom) or []
+        x, have = self.value(*reqs[0])
+        x = self.new(f"tl.broadcast_to({cast(x, have, F32)}, [BLOCK_R, BLOCK_K])")
+        n = float(self.dom.row_len)
+
+        def total(v: str) -> str:
+            return self.new(f"tl.sum(tl.where(kmask, {v}, 0.0), axis=1)[:, None]")
+
+        outs: list[str]
+        if key in ("sum.dim_IntList", "sum.default"):
+            outs = [total(x)]
+        elif key in ("mean.dim", "mean.default"):
+            outs = [self.new(f"{total(x)} / {lit(n)}")]
+        elif key in ("amax.default", "amin.default"):
+            fn, init = ("max", "float('-inf')") if key == "amax.default" else ("min", "float('inf')")
+            outs = [self.new(f"tl.{fn}(tl.where(kmask, {x}, {init}), axis=1)[:, None]")]
+        elif key == "var.correction":
+            corr = float(node.kwargs.get("correction", 1) if node.kwargs.get("correction", 1) is not None else 1)
+            mean = self.new(f"{total(x)} / {lit(n)}")
+            d = self.new(f"tl.where(kmask, {x} - {mean}, 0.0)")
+            outs = [self.new(f"{total(f'{d} * {d}')} / {lit(max(0.0, n - corr))}")]
+        elif key in ("_softmax.default", "_log_softmax.default"):
+            mx = self.new(f"tl.max(tl.where(kmask, {x}, float('-inf')), axis=1)[:, None]")
+            z = self.new(f"{x} - {mx}")
+            e = self.new(f"tl.exp({z})")
+            s = total(e)
+            outs = [self.new(f"{e} / {s}" if key == "_softmax.default" else f"{z} - tl.log({s})")]
+        elif key == "native_layer_norm.default":
+            mean = self.new(f"{total(x)} / {lit(n)}")
+            d = self.new(f"tl.where(kmask, {x} - {mean}, 0.0)")
+            var = self.new(f"{total(f'{d} * {d}')} / {lit(n)}")
+            rstd = self.new(f"1.0 / tl.sqrt({var} + {lit(float(node.args[4]))})")
+            y = self.new(f"{d} * {rstd}")
+            for a in reqs[1:]:
+                w, wt = self.value(*a)
+                op = "*" if a[0] is node.args[2] else "+"
+                y = self.new(f"{y} {op} {cast(w, wt, F32)}")
+            outs = [y, mean, rstd]
+        else:  # pragma: no cover - fusion.ROWWISE and this list agree
+            raise NotImplementedError(key)
+        vals = node.meta["val"] if isinstance(node.meta["val"], (tuple, list)) else [node.meta["val"]]
+        res = [(self.rounded(v, t.dtype), F32) for v, t in zip(outs, vals)]
+        self.rows[node] = res
+        return res
+
+    # ------------------------------------------------------------------ stores
+    def store(self, j: int, node: fx.Node, index: Index) -> None:
+        var, have = self.value(node, None, index)
+        dtype = node.meta["val"].dtype
+        dims = self.dims_of(index)
+        ks = bool(dims & set(self.dom.reduced))
+        conds = []
+        for d, s in enumerate(self.dom.shape):
+            if s == 1 or d in dims or (d in self.dom.reduced and not ks):
+                continue  # (a row value has one lane per row already)
+            conds.append(f"(i{d} == 0)")  # a broadcast dim: store once, at 0
+        shape = f"[BLOCK_R, {'BLOCK_K' if ks else 1}]" if self.reduction else "[BLOCK_R]"
+        mask = " & ".join(["rmask"] + (["kmask"] if ks else []) + conds)
+        base = f"out{j}"
+        value = cast(var, have, TL[dtype])
+        self.lines.append(
+            f"tl.store({base} + tl.broadcast_to({self.offset(base, index)}, {shape}), "
+            f"tl.broadcast_to({value}, {shape}), mask=tl.broadcast_to({mask}, {shape}))"
+        )
+
+
+def generate(kernel: Kernel, name: str, interpret: bool) -> KernelSource:
+    """The source of ``kernel`` as a module defining one @triton.jit function ``name``."""
+    em = _Emitter(kernel)
+    for j, (node, index) in enumerate(kernel.stores):
+        em.store(j, node, index)
+    dom = kernel.domain
+    cfg = block_config(kernel, interpret)
+    kept = [d for d, s in enumerate(dom.shape) if s > 1 and d not in dom.reduced]
+    red = [d for d, s in enumerate(dom.shape) if s > 1 and d in dom.reduced]
+    rows = math.prod(s for d, s in enumerate(dom.shape) if d not in dom.reduced)
+    wide = math.prod(dom.shape) >= 2**31
+    pro = ["pid = tl.program_id(0)"]
+    if dom.reduced:
+        pro += ["r = pid * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]", "k = tl.arange(0, BLOCK_K)[None, :]"]
+    else:
+        pro += ["r = pid * BLOCK_R + tl.arange(0, BLOCK_R)"]
+    if wide:
+        pro.append("r = r.to(tl.int64)")
+    pro.append(f"rmask = r < {rows}")
+    if dom.reduced:
+        pro.append(f"kmask = k < {dom.row_len}")
+    for var, dims in (("r", kept), ("k", red)):
+        inner = 1
+        for d in reversed(dims):
+            pro.append(f"i{d} = ({var} // {inner}) % {dom.shape[d]}" if inner > 1 else f"i{d} = {var} % {dom.shape[d]}")
+            inner *= dom.shape[d]
+    params: list[str] = []
+    inputs = sorted(em.loads, key=em.loads.get)  # type: ignore[arg-type]
+    for j, node in enumerate(inputs):
+        params += [f"in{j}"] + [f"in{j}_s{d}" for d in range(len(shape_of(node)))]
+    for j, (node, _) in enumerate(kernel.stores):
+        params += [f"out{j}"] + [f"out{j}_s{d}" for d in range(len(shape_of(node)))]
+    params += ["BLOCK_R: tl.constexpr", "BLOCK_K: tl.constexpr"]
+    ops = sum(1 for n in kernel.nodes if classify(n) in (POINTWISE, ROW))
+    body = "\n".join("    " + line for line in pro + em.lines)
+    source = (
+        f"# torchmux triton kernel: {ops} ops over {list(dom.shape)}"
+        f"{f', reducing dims {list(dom.reduced)}' if dom.reduced else ''}\n"
+        f"# ops: {', '.join(op_key(n) for n in kernel.nodes)}\n"
+        "import triton\nimport triton.language as tl\n\n\n"
+        f"@triton.jit\ndef {name}({', '.join(params)}):\n{body}\n"
+    )
+    return KernelSource(name, source, inputs, [n for n, _ in kernel.stores], cfg, ops)
+
+
+__all__ += ["RULES", "Idx", "compute_type"]

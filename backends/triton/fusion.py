@@ -1,0 +1,439 @@
+"""Grouping: cut a normalized graph into fused kernels and external ATen calls.
+
+Pure Python over the fx graph (no Triton import), so the cheap backend module can ask it what the
+code generator handles.
+
+**Kernels.** A kernel iterates over one *domain*: a static shape ``S`` and a set of reduced dims
+``D`` (empty for a pointwise kernel). A program owns ``BLOCK_R`` rows (the flattened kept dims) and,
+in a reduction kernel, a whole row (the flattened reduced dims, ``BLOCK_K >= K``), so a reduction's
+result lives in registers next to the row it came from: softmax, layer norm, RMS norm and
+``x - x.mean(-1, keepdim=True)`` become one kernel each.
+
+**Indexing.** Every value in a kernel is a function of an *index*: one expression per dim of the
+value, over the domain's coordinates ``i0 .. iN`` (Inductor's loader style). A pointwise op asks for
+its arguments at the broadcast of its own index; a view (permute, expand, unsqueeze, squeeze, slice,
+select, a view that only adds or drops size-1 dims) rewrites the index; a value from outside the
+kernel (a graph input, an ATen result, an earlier kernel's buffer) is loaded through its strides, so
+broadcasting, transposed and sliced inputs cost nothing. A *row-resident* value (a reduction, softmax,
+layer norm) exists only at its row index: a consumer that asks for it anywhere else cannot join the
+kernel, which then ends and its values go to memory.
+
+**External ATen calls.** Matmuls and convolutions (``mm``, ``addmm``, ``bmm``, ``convolution``), views
+of values that are already in memory (free: ATen returns a strided alias) and reshapes that regroup
+dims run as ATen calls between kernels.
+
+The pass is ``plan(graph) -> list[Kernel | Extern]``: the steps in an order that respects every
+dependency. Each kernel lists the nodes it computes and, once closed, the ones it stores.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import torch
+import torch.fx as fx
+
+__all__ = [
+    "Idx", "Domain", "Kernel", "Extern", "plan", "classify", "FUSIBLE_POINTWISE", "ROWWISE", "INDEX_VIEWS",
+    "EXTERN_OPS", "HANDLED_OPS", "MAX_ROW",
+]
+
+aten = torch.ops.aten
+
+#: the longest row (product of reduced dims) a reduction kernel keeps in registers; longer reductions run in ATen
+MAX_ROW = 8192
+
+#: ops lowered to Triton expressions (codegen.py has one rule per op)
+FUSIBLE_POINTWISE = frozenset({
+    "abs.default", "neg.default", "exp.default", "expm1.default", "log.default", "log1p.default", "sqrt.default",
+    "rsqrt.default", "reciprocal.default", "sin.default", "cos.default", "tanh.default", "sigmoid.default",
+    "erf.default", "relu.default", "gelu.default", "floor.default", "ceil.default", "round.default", "sign.default",
+    "pow.Tensor_Scalar", "pow.Tensor_Tensor", "clamp.default", "leaky_relu.default", "hardtanh.default",
+    "elu.default", "add.Tensor", "add.Scalar", "sub.Tensor", "sub.Scalar", "mul.Tensor", "mul.Scalar",
+    "div.Tensor", "div.Scalar", "maximum.default", "minimum.default", "fmod.Tensor", "fmod.Scalar",
+    "eq.Tensor", "eq.Scalar", "ne.Tensor", "ne.Scalar", "gt.Tensor", "gt.Scalar", "lt.Tensor", "lt.Scalar",
+    "ge.Tensor", "ge.Scalar", "le.Tensor", "le.Scalar", "logical_and.default", "logical_or.default",
+    "logical_not.default", "where.self", "_to_copy.default", "clone.default", "alias.default",
+    "full.default", "arange.start_step", "arange.start", "arange.default", "scalar_tensor.default",
+})
+#: reductions and the normalizations built on them: evaluated once per row, kept in registers
+ROWWISE = frozenset({
+    "sum.dim_IntList", "sum.default", "mean.dim", "mean.default", "amax.default", "amin.default",
+    "var.correction", "_softmax.default", "_log_softmax.default", "native_layer_norm.default",
+})
+#: views that are index rewrites inside a kernel (and ATen aliases outside one)
+INDEX_VIEWS = frozenset({
+    "permute.default", "t.default", "transpose.int", "expand.default", "unsqueeze.default", "squeeze.dim",
+    "squeeze.dims", "squeeze.default", "view.default", "_unsafe_view.default", "reshape.default",
+    "slice.Tensor", "select.int",
+})
+#: ops that always run as ATen calls between kernels
+EXTERN_OPS = frozenset({"mm.default", "addmm.default", "bmm.default", "convolution.default"})
+HANDLED_OPS = FUSIBLE_POINTWISE | ROWWISE | INDEX_VIEWS | EXTERN_OPS
+
+
+def op_key(node: fx.Node) -> str:
+    """``add.Tensor`` for ``aten.add.Tensor``; ``getitem`` for ``operator.getitem``; else the target's name."""
+    t = node.target
+    if isinstance(t, torch._ops.OpOverload) and t.namespace == "aten":
+        return f"{t._schema.name.split('::')[-1]}.{t._overloadname}"
+    if t is operator.getitem:
+        return "getitem"
+    return getattr(t, "__name__", str(t))
+
+
+def shape_of(node: Any) -> tuple[int, ...]:
+    return tuple(int(d) for d in node.meta["val"].shape)
+
+
+# ------------------------------------------------------------------------------------------------
+# Index expressions
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Idx:
+    """One dim of an index: Triton source over domain coordinates, and which domain dims it reads."""
+
+    code: str
+    dims: frozenset[int] = frozenset()
+
+
+ZERO = Idx("0")
+Index = tuple[Idx, ...]
+
+
+def normalize(index: Sequence[Idx], shape: Sequence[int]) -> Index:
+    """A size-1 dim is always at 0: write it so, so that broadcast indices compare equal."""
+    return tuple(ZERO if s == 1 else i for i, s in zip(index, shape))
+
+
+def _broadcast(index: Index, out_shape: Sequence[int], arg_shape: Sequence[int]) -> Index:
+    lead = len(out_shape) - len(arg_shape)
+    return normalize(index[lead:], arg_shape)
+
+
+def _non_unit_map(index: Index, out_shape: Sequence[int], in_shape: Sequence[int]) -> Index | None:
+    """Index into ``in_shape`` for a view that only adds or drops size-1 dims; None for a real reshape."""
+    if [s for s in out_shape if s != 1] != [s for s in in_shape if s != 1]:
+        return None
+    carried = iter(i for i, s in zip(index, out_shape) if s != 1)
+    return tuple(ZERO if s == 1 else next(carried) for s in in_shape)
+
+
+def _dim(d: int, rank: int) -> int:
+    return d + rank if d < 0 else d
+
+
+def view_input_index(node: fx.Node, index: Index) -> Index | None:
+    """The index into a view's input that gives the view's element at ``index``; None if no cheap one."""
+    key = op_key(node)
+    src = node.args[0]
+    out_shape, in_shape = shape_of(node), shape_of(src)
+    rank = len(in_shape)
+    if key == "permute.default":
+        perm = [_dim(d, rank) for d in node.args[1]]
+        res = [ZERO] * rank
+        for j, d in enumerate(perm):
+            res[d] = index[j]
+        return normalize(res, in_shape)
+    if key in ("t.default", "transpose.int"):
+        d0, d1 = (0, 1) if key == "t.default" else (_dim(node.args[1], rank), _dim(node.args[2], rank))
+        res = list(index)
+        if rank >= 2:
+            res[d0], res[d1] = index[d1], index[d0]
+        return normalize(res, in_shape)
+    if key == "expand.default":
+        return _broadcast(index, out_shape, in_shape)
+    if key in ("unsqueeze.default", "squeeze.dim", "squeeze.dims", "squeeze.default", "view.default",
+               "_unsafe_view.default", "reshape.default"):
+        return _non_unit_map(index, out_shape, in_shape)
+    if key == "slice.Tensor":
+        dim = _dim(node.args[1] if len(node.args) > 1 else 0, rank)
+        start = node.args[2] if len(node.args) > 2 and node.args[2] is not None else 0
+        step = node.args[4] if len(node.args) > 4 else 1
+        start = max(0, min(start + in_shape[dim] if start < 0 else start, in_shape[dim]))
+        res = list(index)
+        i = index[dim]
+        res[dim] = Idx(str(start), frozenset()) if i == ZERO else Idx(f"({i.code}*{step}+{start})", i.dims)
+        return normalize(res, in_shape)
+    if key == "select.int":
+        dim = _dim(node.args[1], rank)
+        pos = node.args[2] + in_shape[dim] if node.args[2] < 0 else node.args[2]
+        return normalize(list(index[:dim]) + [Idx(str(pos))] + list(index[dim:]), in_shape)
+    return None
+
+
+# ------------------------------------------------------------------------------------------------
+# Domains and row-resident values
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Domain:
+    shape: tuple[int, ...]
+    reduced: tuple[int, ...] = ()  # sorted; () for a pointwise kernel
+
+    def full_index(self) -> Index:
+        return normalize([Idx(f"i{d}", frozenset({d})) for d in range(len(self.shape))], self.shape)
+
+    def row_index(self, keepdim: bool) -> Index:
+        full = self.full_index()
+        if keepdim:
+            return tuple(ZERO if d in self.reduced else i for d, i in enumerate(full))
+        return tuple(i for d, i in enumerate(full) if d not in self.reduced)
+
+    @property
+    def row_len(self) -> int:
+        n = 1
+        for d in self.reduced:
+            n *= self.shape[d]
+        return n
+
+
+def rowwise_domain(node: fx.Node) -> Domain:
+    """The domain a row-resident node computes over: its input's shape and the dims it reduces."""
+    key = op_key(node)
+    shape = shape_of(node.args[0])
+    rank = len(shape)
+    if key in ("sum.default", "mean.default"):
+        dims = list(range(rank))
+    elif key in ("_softmax.default", "_log_softmax.default"):
+        dims = [node.args[1]]
+    elif key == "native_layer_norm.default":
+        dims = list(range(rank - len(node.args[1]), rank))
+    else:
+        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+            dims = list(range(rank))
+        elif isinstance(dims, int):
+            dims = [dims]
+    return Domain(shape, tuple(sorted({_dim(d, max(rank, 1)) for d in dims} & set(range(rank)))))
+
+
+def _keepdim(node: fx.Node) -> bool:
+    key = op_key(node)
+    if key in ("sum.dim_IntList", "mean.dim", "amax.default", "amin.default"):
+        return bool(node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False))
+    if key == "var.correction":
+        return bool(node.kwargs.get("keepdim", node.args[3] if len(node.args) > 3 else False))
+    return False
+
+
+def row_index(node: fx.Node, output: int, domain: Domain) -> Index:
+    """Where a row-resident node's ``output`` lives: the only index a consumer may read it at."""
+    key = op_key(node)
+    if key in ("_softmax.default", "_log_softmax.default") or (key == "native_layer_norm.default" and output == 0):
+        return domain.full_index()
+    if key == "native_layer_norm.default":
+        return domain.row_index(keepdim=True)
+    return domain.row_index(_keepdim(node))
+
+
+# ------------------------------------------------------------------------------------------------
+# Classification and argument indices
+# ------------------------------------------------------------------------------------------------
+
+POINTWISE, VIEW, ROW, GETITEM, EXTERN = "pointwise", "view", "rowwise", "getitem", "extern"
+
+
+def classify(node: fx.Node) -> str:
+    key = op_key(node)
+    if key == "getitem":
+        return GETITEM
+    if key in ROWWISE:
+        if rowwise_domain(node).row_len > MAX_ROW:  # too long for one block: ATen reduces it
+            return EXTERN
+        if not node.args[0].meta["val"].dtype.is_floating_point:  # integer sums and extrema: ATen
+            return EXTERN
+        return ROW
+    if key in INDEX_VIEWS:
+        return VIEW
+    if key == "_to_copy.default" and any(k in node.kwargs for k in ("device", "layout")):
+        return EXTERN
+    if key in FUSIBLE_POINTWISE:
+        return POINTWISE
+    return EXTERN
+
+
+def arg_requests(node: fx.Node, index: Index, domain: Domain) -> list[tuple[fx.Node, int | None, Index]] | None:
+    """For ``node`` evaluated at ``index``: each (input node, which output or None, index) it reads.
+
+    None when some input cannot be read at a cheap index (a real reshape)."""
+    kind = classify(node)
+    if kind == POINTWISE:
+        out_shape = shape_of(node)
+        return [(a, None, _broadcast(index, out_shape, shape_of(a))) for a in node.all_input_nodes]
+    if kind == VIEW:
+        src_index = view_input_index(node, index)
+        return None if src_index is None else [(node.args[0], None, src_index)]
+    if kind == GETITEM:
+        return [(node.args[0], node.args[1], index)]
+    if kind == ROW:
+        full = domain.full_index()
+        x = node.args[0]
+        reqs: list[tuple[fx.Node, int | None, Index]] = [(x, None, full)]
+        if op_key(node) == "native_layer_norm.default":
+            for a in node.args[2:4]:
+                if isinstance(a, fx.Node):
+                    reqs.append((a, None, _broadcast(full, domain.shape, shape_of(a))))
+        return reqs
+    return None
+
+
+# ------------------------------------------------------------------------------------------------
+# Kernels and the plan
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Kernel:
+    domain: Domain
+    nodes: list[fx.Node] = field(default_factory=list)
+    stores: list[tuple[fx.Node, Index]] = field(default_factory=list)  # filled when the kernel closes
+
+    @property
+    def node_set(self) -> set[fx.Node]:
+        return set(self.nodes)
+
+
+@dataclass
+class Extern:
+    node: fx.Node
+
+
+def _index_candidates(node: fx.Node, domain: Domain) -> list[Index]:
+    """Indices that visit every element of ``node`` exactly once (broadcast dims are masked to 0)."""
+    if classify(node) == ROW:
+        return [row_index(node, 0, domain)]
+    shape = shape_of(node)
+    out: list[Index] = []
+    if domain.reduced:
+        kept = [s for d, s in enumerate(domain.shape) if d not in domain.reduced]
+        if list(shape) == kept:
+            out.append(domain.row_index(keepdim=False))
+    lead = len(domain.shape) - len(shape)
+    if lead >= 0 and all(s == 1 or s == domain.shape[lead + j] for j, s in enumerate(shape)):
+        out.append(_broadcast(domain.full_index(), domain.shape, shape))
+    return out
+
+
+class _Checker:
+    """Can every node of a candidate kernel be evaluated where it is needed? (row-resident rule)."""
+
+    def __init__(self, nodes: Iterable[fx.Node], domain: Domain) -> None:
+        self.inside, self.domain = set(nodes), domain
+        self.memo: dict[tuple[fx.Node, int | None, Index], bool] = {}
+
+    def ok(self, node: fx.Node, output: int | None, index: Index) -> bool:
+        if node not in self.inside:
+            return True  # loaded from memory: any index works
+        key = (node, output, index)
+        if key not in self.memo:
+            self.memo[key] = True  # (graphs are acyclic; this only guards re-entry)
+            self.memo[key] = self._ok(node, output, index)
+        return self.memo[key]
+
+    def _ok(self, node: fx.Node, output: int | None, index: Index) -> bool:
+        if classify(node) == ROW:
+            if index != row_index(node, output or 0, self.domain) or rowwise_domain(node) != self.domain:
+                return False
+        reqs = arg_requests(node, index, self.domain)
+        return reqs is not None and all(self.ok(a, o, i) for a, o, i in reqs)
+
+    def home(self, node: fx.Node) -> Index | None:
+        if classify(node) == ROW and op_key(node) == "native_layer_norm.default":
+            return self.domain.full_index() if self.ok(node, 0, self.domain.full_index()) else None
+        for index in _index_candidates(node, self.domain):
+            if self.ok(node, None, index):
+                return index
+        return None
+
+
+def _grow(kernel: Kernel, node: fx.Node) -> Domain | None:
+    """The domain of ``kernel`` with ``node`` added, or None if their iteration spaces differ."""
+    dom = kernel.domain
+    kind = classify(node)
+    if kind == ROW:
+        want = rowwise_domain(node)
+        if dom.reduced:
+            return dom if want == dom else None
+        try:
+            return want if tuple(torch.broadcast_shapes(dom.shape, want.shape)) == want.shape else None
+        except RuntimeError:
+            return None
+    if dom.reduced or kind == GETITEM:
+        return dom
+    try:
+        return Domain(tuple(torch.broadcast_shapes(dom.shape, shape_of(node))))
+    except RuntimeError:
+        return None
+
+
+def _fits(kernel: Kernel, node: fx.Node) -> Domain | None:
+    dom = _grow(kernel, node)
+    if dom is None:
+        return None
+    checker = _Checker(kernel.nodes + [node], dom)
+    if all(checker.home(n) is not None for n in kernel.nodes + [node]):
+        return dom
+    return None
+
+
+def _start_domain(node: fx.Node) -> Domain:
+    return rowwise_domain(node) if classify(node) == ROW else Domain(shape_of(node))
+
+
+def plan(graph: fx.Graph) -> list[Kernel | Extern]:
+    """Cut ``graph`` into kernels and external calls, in an order that respects every dependency."""
+    steps: list[Kernel | Extern] = []
+    open_k: Kernel | None = None
+
+    def close() -> None:
+        nonlocal open_k
+        if open_k is None:
+            return
+        inside = open_k.node_set
+        checker = _Checker(open_k.nodes, open_k.domain)
+        for n in open_k.nodes:
+            if classify(n) == ROW and op_key(n) == "native_layer_norm.default":
+                continue  # its outputs are stored through its getitem nodes
+            if any(u not in inside for u in n.users):
+                home = checker.home(n)
+                assert home is not None, f"internal error: no store index for {n.format_node()}"
+                open_k.stores.append((n, home))
+        steps.append(open_k)
+        open_k = None
+
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        kind = classify(node)
+        inputs_inside = open_k is not None and any(a in open_k.node_set for a in node.all_input_nodes)
+        if kind == EXTERN or (kind in (VIEW, GETITEM) and not inputs_inside) or not _is_tensor(node):
+            if inputs_inside:
+                close()
+            steps.append(Extern(node))
+            continue
+        if open_k is not None:
+            dom = _fits(open_k, node)
+            if dom is not None:
+                open_k.domain = dom
+                open_k.nodes.append(node)
+                continue
+            close()
+        if kind in (VIEW, GETITEM):  # its input is in memory now: an ATen alias
+            steps.append(Extern(node))
+            continue
+        open_k = Kernel(_start_domain(node), [node])
+    close()
+    return steps
+
+
+def _is_tensor(node: fx.Node) -> bool:
+    val = node.meta.get("val")
+    if classify(node) == ROW and op_key(node) == "native_layer_norm.default":
+        return True
+    return isinstance(val, torch.Tensor) and all(isinstance(d, int) for d in val.shape)

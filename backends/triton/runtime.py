@@ -1,0 +1,174 @@
+"""Compile a plan with triton.jit and run it: kernels launched over a grid, ATen calls in between.
+
+``triton.jit`` reads its function's source with ``inspect``, so every kernel is written to a file in
+``TORCHMUX_CACHE_DIR/triton/`` (named by the hash of its source, so identical kernels are shared
+across graphs and processes) and imported from there. With ``TORCHMUX_DEBUG_DIR`` set, each kernel's
+source is also written there, named after the graph. Under ``TRITON_INTERPRET=1`` the same kernels
+run in Triton's CPU interpreter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx as fx
+
+from torchmux.core import settings
+from torchmux.core.ir import GraphIR
+
+from . import codegen, fusion
+
+__all__ = ["compile_graph", "CompiledTritonGraph"]
+
+_loaded: dict[str, Callable[..., Any]] = {}
+_lock = threading.Lock()
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _load(ks: codegen.KernelSource) -> Callable[..., Any]:
+    """Write the kernel's source to the cache dir and import it; one module per distinct source."""
+    digest = hashlib.sha256(ks.source.encode()).hexdigest()[:20]
+    with _lock:
+        if digest in _loaded:
+            return _loaded[digest]
+        folder = settings.CACHE_DIR.get() / "triton"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"tmx_{digest}.py"
+        if not path.exists():
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(ks.source)
+            os.replace(tmp, path)
+        module_name = f"torchmux_triton_kernels.tmx_{digest}"
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+        fn = getattr(module, ks.name)
+        _loaded[digest] = fn
+        return fn
+
+
+def _layout(val: torch.Tensor) -> tuple[int, ...]:
+    """The strides eager gives a value, when they describe a dense tensor; else contiguous ones."""
+    shape, stride = tuple(int(s) for s in val.shape), tuple(int(s) for s in val.stride())
+    dense = True
+    expected = 1
+    for size, st in sorted(zip(shape, stride), key=lambda p: p[1]):
+        if size != 1 and st != expected:
+            dense = False
+            break
+        expected *= size
+    if dense:
+        return stride
+    return torch._prims_common.make_contiguous_strides_for(shape) if shape else ()
+
+
+class _Launch:
+    def __init__(self, ks: codegen.KernelSource, fn: Callable[..., Any]) -> None:
+        self.ks, self.fn = ks, fn
+        self.outs = [(tuple(int(s) for s in n.meta["val"].shape), _layout(n.meta["val"]), n.meta["val"].dtype)
+                     for n in ks.outputs]
+        self.grid = (ks.config.programs,)
+        self.empty = any(s == 0 for s in self.grid) or any(0 in shape for shape, _, _ in self.outs)
+
+    def __call__(self, env: dict[fx.Node, Any], device: torch.device) -> None:
+        outs = [torch.empty_strided(shape, stride, dtype=dtype, device=device) for shape, stride, dtype in self.outs]
+        if not self.empty:
+            args: list[Any] = []
+            for node in self.ks.inputs:
+                t = env[node]
+                args.append(t)
+                args.extend(t.stride())
+            for t in outs:
+                args.append(t)
+                args.extend(t.stride())
+            cfg = self.ks.config
+            self.fn[self.grid](*args, BLOCK_R=cfg.block_r, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps)
+        for node, t in zip(self.ks.outputs, outs):
+            env[node] = t
+
+
+def _extern(node: fx.Node) -> Callable[[dict[fx.Node, Any]], None]:
+    target = node.target
+    if target in (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default):
+        target = torch.ops.aten.reshape.default  # our buffers may be laid out unlike eager's
+
+    def fetch(a: Any, env: dict[fx.Node, Any]) -> Any:
+        if isinstance(a, fx.Node):
+            return env[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(fetch(x, env) for x in a)
+        return a
+
+    def run(env: dict[fx.Node, Any]) -> None:
+        env[node] = target(*fetch(node.args, env), **fetch(dict(node.kwargs), env))
+
+    return run
+
+
+class CompiledTritonGraph:
+    """The compiled callable: ``kernel_count`` kernels and the ATen calls between them."""
+
+    def __init__(self, ir: GraphIR, steps: list[Any], sources: list[codegen.KernelSource], device: torch.device) -> None:
+        self.ir = ir
+        self.sources = sources
+        self.kernel_count = len(sources)
+        self.device = device
+        self._placeholders = ir.placeholders
+        self._outputs = ir.outputs
+        self._steps = steps
+        # free each intermediate after its last use
+        last: dict[fx.Node, int] = {}
+        for i, step in enumerate(steps):
+            for n in step[1]:
+                last[n] = i
+        keep = {o for o in self._outputs if isinstance(o, fx.Node)}
+        self._free = [[n for n, j in last.items() if j == i and n not in keep] for i in range(len(steps))]
+
+    def __call__(self, *args: Any) -> list[Any]:
+        env: dict[fx.Node, Any] = dict(zip(self._placeholders, args))
+        for (run, _), free in zip(self._steps, self._free):
+            run(env)
+            for n in free:
+                env.pop(n, None)
+        return [env[o] if isinstance(o, fx.Node) else o for o in self._outputs]
+
+
+def compile_graph(ir: GraphIR, example_inputs: Sequence[Any]) -> CompiledTritonGraph:
+    """Plan, generate, load. Raises (NotImplementedError, triton errors) when it cannot."""
+    if not ir.is_static:
+        raise NotImplementedError("the triton backend compiles static shapes only; compile with dynamic=False")
+    device = next((t.device for t in example_inputs if isinstance(t, torch.Tensor)), torch.device("cpu"))
+    interpret = interpreting()
+    if device.type != "cuda" and not interpret:
+        raise RuntimeError(f"triton kernels run on CUDA tensors (got {device.type}); set TRITON_INTERPRET=1 "
+                           "before anything imports triton to run them in the CPU interpreter")
+    plan = fusion.plan(ir.graph)
+    debug = settings.DEBUG_DIR.get()
+    steps: list[tuple[Callable[[dict[fx.Node, Any]], None], list[fx.Node]]] = []
+    sources: list[codegen.KernelSource] = []
+    stem = "".join(ch if ch.isalnum() else "_" for ch in ir.name)
+    for step in plan:
+        if isinstance(step, fusion.Extern):
+            steps.append((_extern(step.node), list(step.node.all_input_nodes)))
+            continue
+        name = f"tmx_{stem}_{len(sources)}"
+        ks = codegen.generate(step, name, interpret)
+        sources.append(ks)
+        if debug is not None:
+            Path(debug).mkdir(parents=True, exist_ok=True)
+            (Path(debug) / f"{name}.py").write_text(ks.source)
+        launch = _Launch(ks, _load(ks))
+        steps.append((lambda env, launch=launch: launch(env, device), list(ks.inputs)))
+    return CompiledTritonGraph(ir, steps, sources, device)
