@@ -51,11 +51,17 @@ def compile(
     if disable:
         return model
 
-    from ..frontends.dynamo import TorchmuxDynamoBackend
+    from ..frontends.dynamo import shared_backend
     from .config import resolve
 
     config = resolve(backend, mode, options)
-    compiled = torch.compile(model, backend=TorchmuxDynamoBackend(config), fullgraph=fullgraph, dynamic=bool(dynamic))
+    if config.get("mend"):  # remove graph breaks from the source first (frontends/mend.py)
+        from ..frontends.mend import mend, scoped
+
+        model, _ = mend(model)
+    compiled = torch.compile(model, backend=shared_backend(config), fullgraph=fullgraph, dynamic=bool(dynamic))
+    if config.get("mend"):
+        compiled = scoped(compiled)
     if not fullgraph:
         return compiled
     if isinstance(compiled, torch.nn.Module):

@@ -96,10 +96,10 @@ class TensorSpec:
 def _dim(d: Any) -> int | str:
     if isinstance(d, int):
         return d
-    try:  # a SymInt backed by a hint-free symbol prints as its expression
-        return int(d)
-    except Exception:
-        return str(d)
+    if isinstance(d, torch.SymInt):  # a symbol prints as its expression ("s0"); a constant as its value
+        expr = d.node.expr
+        return int(expr) if getattr(expr, "is_number", False) else str(expr)
+    return int(d)
 
 
 def spec_of(value: Any) -> TensorSpec | None:

@@ -116,6 +116,26 @@ class TorchmuxDynamoBackend:
             return gm.forward
 
 
+_SHARED: dict[tuple, TorchmuxDynamoBackend] = {}
+
+
+def shared_backend(config: CompileConfig) -> TorchmuxDynamoBackend:
+    """One Dynamo backend object per distinct configuration.
+
+    Dynamo guards each cached graph on the identity of the backend that compiled it, and counts every
+    new backend against the recompile limit of the code object. Compiling two models of the same class
+    (or two ``nn.Sequential``s) with the same settings must reuse the same backend, or the tenth
+    ``torchmux.compile`` of a Sequential would silently run eagerly.
+    """
+    key = (
+        tuple(id(b) for b in config.backends), config.auto, config.mode,
+        repr(sorted(config.own.items())), repr(sorted((k, sorted(v.items())) for k, v in config.backend_options.items())),
+    )
+    if key not in _SHARED:
+        _SHARED[key] = TorchmuxDynamoBackend(config)
+    return _SHARED[key]
+
+
 def torchmux_dynamo_backend(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
     """Entry point for ``torch.compile(m, backend="torchmux")`` (group ``torch_dynamo_backends``).
 
@@ -125,4 +145,4 @@ def torchmux_dynamo_backend(gm: fx.GraphModule, example_inputs: list[Any], **kwa
     options = dict(kwargs.get("options") or {})
     backend = options.pop("backend", "auto")
     config = resolve(backend, kwargs.get("mode"), options)
-    return TorchmuxDynamoBackend(config)(gm, example_inputs)
+    return shared_backend(config)(gm, example_inputs)

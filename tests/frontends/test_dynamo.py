@@ -168,3 +168,72 @@ def test_training_step_flows_forward_and_backward_graphs():
     assert phases == ["forward", "backward"]
     for p, g in zip(model.parameters(), expected):
         torch.testing.assert_close(p.grad, g)
+
+
+def test_dynamic_true_captures_symbolic_shapes_once():
+    torch._dynamo.reset()
+    static = []
+
+    class Observer:
+        @torchmux.hookimpl
+        def torchmux_graph_captured(self, ir):
+            static.append(ir.is_static)
+
+    registry = torchmux.core.registry.get_registry()
+    registry.pm.register(Observer(), name="dyn-observer")
+    try:
+        model = nn.Sequential(nn.Linear(16, 8), nn.ReLU())
+        compiled = torchmux.compile(model, backend="eager", dynamic=True)
+        with torch.no_grad():
+            for batch in (2, 3, 7):
+                x = torch.randn(batch, 16)
+                torch.testing.assert_close(compiled(x), model(x))
+    finally:
+        registry.pm.unregister(name="dyn-observer")
+    assert static == [False]  # one symbolic graph served every batch size
+
+
+def test_recompiles_are_bounded_by_dynamos_limit():
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Linear(16, 8), nn.ReLU())
+    graphs = []
+
+    class Observer:
+        @torchmux.hookimpl
+        def torchmux_graph_captured(self, ir):
+            graphs.append(ir.name)
+
+    registry = torchmux.core.registry.get_registry()
+    registry.pm.register(Observer(), name="limit-observer")
+    try:
+        with torch._dynamo.config.patch(recompile_limit=2):
+            compiled = torchmux.compile(model, backend="eager")
+            with torch.no_grad():
+                for batch in range(2, 7):
+                    x = torch.randn(batch, 16)
+                    torch.testing.assert_close(compiled(x), model(x))  # past the limit: eager, still right
+    finally:
+        registry.pm.unregister(name="limit-observer")
+    assert len(graphs) == 2
+
+
+def test_models_of_one_class_share_compiled_code_instead_of_exhausting_the_limit():
+    torch._dynamo.reset()
+    captured = []
+
+    class Observer:
+        @torchmux.hookimpl
+        def torchmux_graph_captured(self, ir):
+            captured.append(ir.name)
+
+    registry = torchmux.core.registry.get_registry()
+    registry.pm.register(Observer(), name="share-observer")
+    try:
+        with torch.no_grad():
+            for _ in range(12):  # more models than Dynamo's recompile limit (8)
+                model = nn.Sequential(nn.Linear(16, 8), nn.ReLU())
+                x = torch.randn(4, 16)
+                torch.testing.assert_close(torchmux.compile(model, backend="eager")(x), model(x))
+    finally:
+        registry.pm.unregister(name="share-observer")
+    assert len(captured) == 1  # weights are graph inputs: one graph serves every instance
