@@ -214,9 +214,24 @@ def _optimized_model(folder: Path, providers: list[tuple[str, dict[str, Any]]]) 
     tmp = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     so = _session_options(ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, None)
     so.optimized_model_filepath = str(tmp)
-    ort.InferenceSession(str(source), sess_options=so, providers=_with_engine_cache(providers, folder))
+    try:
+        session = ort.InferenceSession(str(source), sess_options=so, providers=_with_engine_cache(providers, folder))
+        _check_providers(session, providers)  # never cache a model optimized for a fallback provider
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, target)
     return target
+
+
+def _check_providers(session: ort.InferenceSession, providers: list[tuple[str, dict[str, Any]]]) -> None:
+    """ONNX Runtime quietly falls back to the CPU when a provider cannot load: refuse that instead."""
+    missing = [name for name, _ in providers if name not in session.get_providers()]
+    if missing:
+        raise RuntimeError(
+            f"onnxruntime could not enable {', '.join(missing)} here (the session got {', '.join(session.get_providers())}); "
+            f"providers usable on this machine: {', '.join(usable_providers())}. Pass those in options['onnxruntime.providers']."
+        )
 
 
 def _with_engine_cache(providers: list[tuple[str, dict[str, Any]]], folder: Path) -> list[tuple[str, dict[str, Any]]]:
@@ -315,10 +330,5 @@ def compile_graph(request: torchmux.CompileRequest) -> OrtGraph:
     model = optimized if optimized.exists() else _optimized_model(folder, providers)
     so = _session_options(ort.GraphOptimizationLevel.ORT_ENABLE_ALL, request.options.get("intra_op_num_threads"))
     session = ort.InferenceSession(str(model), sess_options=so, providers=_with_engine_cache(providers, folder))
-    missing = [name for name, _ in providers if name not in session.get_providers()]
-    if missing:
-        raise RuntimeError(
-            f"onnxruntime could not enable {', '.join(missing)} here (the session got {', '.join(session.get_providers())}); "
-            f"providers usable on this machine: {', '.join(usable_providers())}. Pass those in options['onnxruntime.providers']."
-        )
+    _check_providers(session, providers)
     return OrtGraph(ir, session, device, folder=folder, cache_hit=cache_hit, export_seconds=export_seconds)

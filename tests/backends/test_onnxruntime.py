@@ -1,0 +1,279 @@
+"""The ONNX Runtime backend: real exports, real sessions, real IOBinding, real subprocesses.
+
+The conformance suite (tests/conformance) covers the ops it claims; these tests cover the rest:
+provider reporting, IOBinding on torch memory, the disk cache across processes, new shapes, zoo
+models against eager, and falling back to eager when a compile really fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchmux
+from torchmux.autotune import zoo
+from torchmux.core.registry import get_registry
+from torchmux.core.trace import trace
+
+pytest.importorskip("onnxruntime")
+if not get_registry().availability("onnxruntime").ok:
+    pytest.skip(f"onnxruntime backend unavailable: {get_registry().availability('onnxruntime').reason}", allow_module_level=True)
+
+import onnxruntime as ort  # noqa: E402
+
+from torchmux.backends._onnxruntime_impl import OrtGraph  # noqa: E402
+from torchmux.backends.onnxruntime import CPU, CUDA, usable_providers  # noqa: E402
+
+PY = sys.executable
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _linear_gelu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return F.gelu(F.linear(x, w, b)).softmax(-1)
+
+
+def _linear_inputs(batch: int = 8) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(batch, 16, generator=g), torch.randn(24, 16, generator=g), torch.randn(24, generator=g)]
+
+
+def _compile(fn, inputs, **options) -> OrtGraph:  # type: ignore[no-untyped-def]
+    ir = trace(fn, inputs, name="t")
+    return get_registry().get("onnxruntime").compile(torchmux.CompileRequest(ir, inputs, options=options))
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cache folder of this test's own (inherited by the subprocesses it starts)."""
+    monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path))
+    return tmp_path / "onnxruntime"
+
+
+@pytest.fixture(scope="module")
+def measured() -> list[tuple[str, str, bool, str]]:
+    """Every (graph, backend, ok, reason) the autotuner reports while this module runs."""
+    seen: list[tuple[str, str, bool, str]] = []
+
+    class Observer:
+        @torchmux.hookimpl
+        def torchmux_candidate_measured(self, ir, backend, seconds, ok, reason):  # type: ignore[no-untyped-def]
+            seen.append((ir.name, backend, ok, reason))
+
+    registry = get_registry()
+    registry.register(Observer(), "test_onnxruntime_observer")
+    yield seen
+    registry.pm.unregister(name="test_onnxruntime_observer")
+
+
+# ------------------------------------------------------------------------------------- availability
+def test_availability_names_the_usable_providers() -> None:
+    registry = get_registry()
+    assert registry.availability("onnxruntime").ok
+    row = next(r for r in torchmux.list_backends() if r.name == "onnxruntime")
+    assert row.version == ort.__version__
+    assert row.package in ("onnxruntime-gpu", "onnxruntime") or row.plugin == "onnxruntime"
+    providers = usable_providers()
+    assert providers[-1] == CPU and set(providers) <= set(ort.get_available_providers())
+    assert f"providers usable here: {', '.join(providers)}" in row.description
+    if not torch.cuda.is_available():  # the GPU build lists CUDA even where no GPU is
+        assert providers == (CPU,)
+
+
+def test_import_torchmux_without_onnxruntime() -> None:
+    """The cheap module imports no onnxruntime; with onnxruntime missing, list_backends says what to install."""
+    code = textwrap.dedent("""
+        import sys
+        import torchmux
+        from torchmux.core.registry import get_registry
+        get_registry()
+        loaded = "onnxruntime" in sys.modules
+        sys.modules["onnxruntime"] = None  # from here on, `import onnxruntime` fails as if not installed
+        row = next(r for r in torchmux.list_backends() if r.name == "onnxruntime")
+        print(loaded, row.available, row.reason)
+    """)
+    out = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    loaded, available, reason = out.stdout.strip().splitlines()[-1].split(" ", 2)
+    assert loaded == "False", "loading the registry imported onnxruntime"
+    assert available == "False" and "pip install onnxruntime" in reason
+
+
+def test_supports_rejects_what_fails() -> None:
+    backend = get_registry().get("onnxruntime")
+    half = trace(torch.abs, [torch.randn(4, 8).half()])  # the exporter returns float32 for float16 abs
+    assert not any(backend.supports(n) for n in half.op_nodes)
+    bf16 = trace(torch.relu, [torch.randn(4, 8).bfloat16()])  # IOBinding has no NumPy type for bfloat16
+    assert not any(backend.supports(n) for n in bf16.op_nodes)
+    ok = trace(torch.relu, [torch.randn(4, 8).half()])
+    assert all(backend.supports(n) for n in ok.op_nodes)
+
+
+# ------------------------------------------------------------------------------------- IOBinding
+def test_iobinding_runs_on_torch_memory(cache_dir: Path) -> None:
+    inputs = _linear_inputs()
+    graph = _compile(_linear_gelu, inputs)
+    assert isinstance(graph, OrtGraph) and graph.providers == [CPU]
+    # outputs are written straight into torch tensors the caller allocated: no NumPy array in between
+    outs = [torch.empty(8, 24)]
+    ptr = outs[0].data_ptr()
+    result = graph.run_into(inputs, outs)
+    assert result[0] is outs[0] and outs[0].data_ptr() == ptr
+    torch.testing.assert_close(outs[0], _linear_gelu(*inputs), atol=1e-5, rtol=1e-5)
+    # a call returns fresh torch tensors (a later call must not overwrite what the caller holds)
+    first, second = graph(*inputs)[0], graph(*inputs)[0]
+    assert isinstance(first, torch.Tensor) and first.data_ptr() != second.data_ptr()
+    torch.testing.assert_close(first, second)
+
+
+def test_weights_are_inputs_and_strided_inputs_work(cache_dir: Path) -> None:
+    inputs = _linear_inputs()
+    graph = _compile(_linear_gelu, inputs)
+    x, w, b = inputs
+    w.mul_(-2.0)  # weights change between calls (training): the session must see the new values
+    torch.testing.assert_close(graph(x, w, b)[0], _linear_gelu(x, w, b), atol=1e-5, rtol=1e-5)
+    xt = torch.randn(16, 8).t()  # a non-contiguous input of the right shape
+    torch.testing.assert_close(graph(xt, w, b)[0], _linear_gelu(xt, w, b), atol=1e-5, rtol=1e-5)
+
+
+# ------------------------------------------------------------------------------------- disk cache
+_CHILD = textwrap.dedent("""
+    import json, sys, time, torch
+    import torch.nn.functional as F
+    import torchmux
+    from torchmux.core.registry import get_registry
+    from torchmux.core.trace import trace
+    import torchmux.backends._onnxruntime_impl as impl
+
+    def fn(x, w, b):
+        return F.gelu(F.linear(x, w, b)).softmax(-1)
+
+    g = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(8, 16, generator=g), torch.randn(24, 16, generator=g), torch.randn(24, generator=g)]
+    exports = []
+    real_export = impl.export_onnx
+    impl.export_onnx = lambda *a: exports.append(1) or real_export(*a)  # count, then really export
+    ir = trace(fn, inputs, name="t")
+    t0 = time.perf_counter()
+    graph = get_registry().get("onnxruntime").compile(torchmux.CompileRequest(ir, inputs))
+    seconds = time.perf_counter() - t0
+    err = float((graph(*inputs)[0] - fn(*inputs)).abs().max())
+    print(json.dumps(dict(hit=graph.cache_hit, exports=len(exports), folder=str(graph.folder), err=err, seconds=seconds)))
+""")
+
+
+def _child() -> dict:
+    out = subprocess.run([PY, "-c", _CHILD], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_disk_cache_hit_in_a_new_process(cache_dir: Path) -> None:
+    graph = _compile(_linear_gelu, _linear_inputs())
+    assert not graph.cache_hit and graph.export_seconds > 0
+    files = {p.name: p.stat().st_mtime_ns for p in graph.folder.iterdir()}
+    assert {"model.onnx", "model.opt.onnx"} <= set(files)
+    assert graph.folder.parent == cache_dir
+    child = _child()  # same graph, new process
+    assert child["hit"] and child["exports"] == 0, child
+    assert child["folder"] == str(graph.folder) and child["err"] < 1e-5
+    assert {p.name: p.stat().st_mtime_ns for p in graph.folder.iterdir()} == files  # nothing rewritten
+
+
+def test_cache_key_changes_with_providers(cache_dir: Path) -> None:
+    inputs = _linear_inputs()
+    default = _compile(_linear_gelu, inputs)
+    explicit = _compile(_linear_gelu, inputs, providers=[(CPU, {"arena_extend_strategy": "kSameAsRequested"})])
+    assert default.folder != explicit.folder and not explicit.cache_hit
+    again = _compile(_linear_gelu, inputs)
+    assert again.cache_hit and again.folder == default.folder
+
+
+# ------------------------------------------------------------------------------------- shapes
+def test_new_shape_exports_a_new_graph(cache_dir: Path, measured: list) -> None:
+    """Graphs are specialized per shape: a new batch size is a new graph, exported and cached once."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)).eval()
+    compiled = torchmux.compile(model, backend="onnxruntime")
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", torchmux.TorchmuxFallbackWarning)
+        for batch in (4, 6, 4):
+            x = torch.randn(batch, 16)
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
+    assert len(list(cache_dir.iterdir())) == 2  # one session per shape
+    # a compiled graph refuses a shape it was not built for (an error, never a wrong answer)
+    graph = _compile(_linear_gelu, _linear_inputs(8))
+    with pytest.raises(Exception, match="(?i)dimension|shape"):
+        graph(*_linear_inputs(5))
+
+
+# ------------------------------------------------------------------------------------- models
+@pytest.mark.parametrize("name", ["mlp", "resnet", "bert", "gpt2"])
+def test_zoo_model_matches_eager(name: str, measured: list) -> None:
+    if zoo.ZOO[name].needs:
+        pytest.importorskip(zoo.ZOO[name].needs)
+    model, args = zoo.build(name, 2)
+    start = len(measured)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", torchmux.TorchmuxFallbackWarning)
+        expected = zoo.tensors_of(model(*args))
+        got = zoo.tensors_of(torchmux.compile(model, backend="onnxruntime")(*args))
+    assert len(got) == len(expected) > 0
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, atol=1e-4, rtol=1e-4)
+    ours = [m for m in measured[start:] if m[1] == "onnxruntime"]
+    assert ours and all(ok for _, _, ok, _ in ours), ours
+
+
+# ------------------------------------------------------------------------------------- failures
+def test_unknown_provider_falls_back_to_eager(measured: list) -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x) * 3 + 1
+
+    compiled = torchmux.compile(fn, backend="onnxruntime", options={"onnxruntime.providers": ["NoSuchExecutionProvider"]})
+    x = torch.randn(5, 7)
+    with pytest.warns(torchmux.TorchmuxFallbackWarning, match="NoSuchExecutionProvider"):
+        out = compiled(x)
+    torch.testing.assert_close(out, fn(x))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine where the CUDA provider cannot load")
+def test_cuda_provider_without_gpu_falls_back_to_eager(cache_dir: Path) -> None:
+    """ONNX Runtime itself fails to load its CUDA provider here (and would quietly use the CPU): compile
+    raises, and torchmux runs the graph eagerly."""
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(x) - x
+
+    compiled = torchmux.compile(fn, backend="onnxruntime", options={"onnxruntime.providers": [CUDA]})
+    x = torch.randn(3, 9)
+    with pytest.warns(torchmux.TorchmuxFallbackWarning, match="could not enable CUDAExecutionProvider"):
+        out = compiled(x)
+    torch.testing.assert_close(out, fn(x))
+    assert not any(cache_dir.glob("*/model.opt.onnx"))  # nothing optimized for the wrong provider is cached
+
+
+# ------------------------------------------------------------------------------------- GPU
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_iobinding_and_model(cache_dir: Path) -> None:
+    inputs = [t.cuda() for t in _linear_inputs()]
+    graph = _compile(_linear_gelu, inputs, providers=[CUDA, CPU])
+    assert graph.providers[0] == CUDA
+    out = graph(*inputs)[0]
+    assert out.is_cuda
+    torch.testing.assert_close(out, _linear_gelu(*inputs), atol=1e-4, rtol=1e-4)
+    model, args = zoo.build("resnet", 2)
+    model, args = model.cuda(), tuple(a.cuda() for a in args)
+    with torch.no_grad():
+        expected = model(*args)
+        got = torchmux.compile(model, backend="onnxruntime", options={"onnxruntime.providers": [CUDA, CPU]})(*args)
+    torch.testing.assert_close(got, expected, atol=1e-3, rtol=1e-3)
