@@ -20,6 +20,7 @@ from ..core import settings
 from ..core.config import CompileConfig
 from ..core.ir import GraphIR
 from ..core.registry import get_registry
+from . import cache
 from .partition import build_placement
 from .tuner import Decision, Measurement, choose, measure
 
@@ -92,6 +93,8 @@ class GraphRunner:
         if not config.auto and len(config.backends) == 1 and candidates and candidates[0].name == "eager":
             placement = build_placement(self.ir, candidates[0], args, mode=config.mode, options={})
             decision = Decision(Measurement("eager", math.nan, True, placement=placement), [])
+        elif config.auto and (remembered := self._remembered(sig, candidates, args)) is not None:
+            decision = remembered
         else:
             verify = config.auto or config.get("verify")
             results = measure(
@@ -118,6 +121,12 @@ class GraphRunner:
                     TorchmuxFallbackWarning, stacklevel=3,
                 )
             decision = Decision(best, list(results))
+            if config.auto and best.ok and len(candidates) > 1:
+                cache.store(cache.decision_key(self.ir, sig, candidates, config.mode), {
+                    "backend": best.backend,
+                    "measurements": [{"backend": m.backend, "seconds": m.seconds if m.ok else None, "reason": m.reason}
+                                     for m in results],
+                })
         if settings.VERBOSE.get():
             print(f"[torchmux] {self.ir.name} {list(sig)[:2]}: "
                   + " | ".join(m.summary for m in decision.measurements) + f" -> {decision.backend}", file=sys.stderr)
@@ -125,6 +134,25 @@ class GraphRunner:
         fn = decision.chosen.placement.fn  # type: ignore[union-attr]
         self._fns[sig] = fn
         return fn
+
+    def _remembered(self, sig: tuple, candidates: list, args: Sequence[Any]) -> Decision | None:
+        """The winner a previous process measured for this graph, signature and candidate set, if it is
+        still correct; None sends the graph through the full measurement."""
+        if len(candidates) < 2:
+            return None
+        record = cache.load(cache.decision_key(self.ir, sig, candidates, self.config.mode))
+        winner = next((b for b in candidates if record and b.name == record.get("backend")), None)
+        if winner is None:
+            return None
+        results = measure(self.ir, [winner], args, mode=self.config.mode,
+                          options=self.config.options_for, timed=False)
+        if not results[0].ok:
+            return None
+        remembered = [Measurement(m["backend"], m["seconds"] if m["seconds"] is not None else math.inf,
+                                  m["seconds"] is not None, m.get("reason", "") or "(remembered)")
+                      for m in record.get("measurements", []) if m["backend"] != winner.name]
+        results[0].seconds = next((m["seconds"] for m in record.get("measurements", []) if m["backend"] == winner.name), math.nan)
+        return Decision(results[0], [results[0]] + remembered)
 
     def _unverified(self, candidates: list, args: Sequence[Any]) -> list[Measurement]:
         out = []

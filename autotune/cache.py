@@ -1,0 +1,59 @@
+"""On-disk memory of the autotuner's choices, so a new process compiles only the winner.
+
+One small JSON file per decision under ``$TORCHMUX_CACHE_DIR/decisions/``. The key names everything
+that can change the choice: the graph's fingerprint, the input signature, the candidates with their
+versions, the mode, and torch's version. A remembered winner is still checked against the reference
+before it is trusted; if it fails, the tuner measures everything again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from ..core import settings
+from ..core.ir import GraphIR
+
+
+def decision_key(ir: GraphIR, signature: tuple, candidates: Sequence[Any], mode: str | None) -> str:
+    parts = [
+        ir.fingerprint(), repr(signature), mode or "default", torch.__version__,
+        ",".join(sorted(f"{b.name}={_version(b)}" for b in candidates)),
+    ]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
+
+
+def _version(backend: Any) -> str:
+    try:
+        return str(backend.version)
+    except Exception:
+        return "?"
+
+
+def _path(key: str) -> Path:
+    return settings.CACHE_DIR.get() / "decisions" / f"{key}.json"
+
+
+def load(key: str) -> dict[str, Any] | None:
+    try:
+        return json.loads(_path(key).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def store(key: str, record: dict[str, Any]) -> None:
+    path = _path(key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(record, f)
+        os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new one
+    except OSError:
+        pass  # a read-only cache never stops a compile

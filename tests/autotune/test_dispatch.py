@@ -1,0 +1,100 @@
+"""autotune/dispatch.py, tuner.py, partition.py and cache.py: choosing, partitioning, remembering."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import torchmux
+from torchmux.autotune.dispatch import GraphRunner
+from torchmux.autotune.partition import build_placement
+from torchmux.autotune.tuner import choose, measure
+from torchmux.core.config import resolve
+from torchmux.core.registry import get_registry
+from torchmux.core.trace import trace
+
+
+def chain(x, y):
+    return (torch.relu(x * y + 1).sum(-1) + 2).tanh()
+
+
+def args():
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(8, 16, generator=g), torch.randn(8, 16, generator=g)]
+
+
+class Pointwise(torchmux.Backend):
+    """Claims only mul and add: everything else must run eagerly around its region."""
+
+    name = "pointwise_only"
+    ops = frozenset({"aten.mul.Tensor", "aten.add.Tensor"})
+    calls = 0
+
+    def compile(self, request):
+        forward = request.ir.gm.forward
+        ops = {torchmux.core.ir.op_name(n) for n in request.ir.op_nodes}
+        assert ops <= self.ops, ops  # the partitioner handed over claimed ops only
+
+        def run(*a):
+            Pointwise.calls += 1
+            return list(forward(*a))
+
+        return run
+
+
+def test_partition_places_claimed_ops_and_runs_the_rest_eagerly():
+    ir = trace(chain, args())
+    placement = build_placement(ir, Pointwise(), args(), mode=None, options={})
+    assert placement.ops_on_backend == 3  # mul and add, then the add after sum
+    assert placement.regions == 2  # relu and sum sit between them
+    assert placement.ops_eager == len(ir.op_nodes) - 3
+    before = Pointwise.calls
+    torch.testing.assert_close(placement.fn(*args())[0], chain(*args()))
+    assert Pointwise.calls == before + 2
+
+
+def test_measure_records_failures_as_infinite_cost():
+    class Broken(torchmux.Backend):
+        name = "broken"
+
+        def compile(self, request):
+            raise ValueError("no kernels for you")
+
+    ir = trace(chain, args())
+    results = measure(ir, [get_registry().get("eager"), Broken()], args(), time_budget=0.05)
+    broken = next(m for m in results if m.backend == "broken")
+    assert broken.seconds == math.inf and not broken.ok and "no kernels for you" in broken.reason
+    assert choose(results).backend == "eager"
+
+
+def test_runner_decides_once_per_signature():
+    ir = trace(chain, args())
+    runner = GraphRunner(ir, resolve("eager", None, None))
+    runner(*args())
+    runner(*args())
+    assert len(runner.decisions) == 1
+    runner(torch.randn(8, 16, dtype=torch.float64), torch.randn(8, 16, dtype=torch.float64))
+    assert len(runner.decisions) == 2
+
+
+def test_a_new_runner_remembers_the_winner_from_disk():
+    ir = trace(chain, args())
+    config = resolve(["eager", "example"] if "example" in get_registry().names else ["eager", "inductor"], None, None)
+    first = GraphRunner(ir, config)
+    first(*args())
+    winner = first.decisions and next(iter(first.decisions.values())).backend
+    second = GraphRunner(ir, config)  # as a new process would: same graph, same candidates
+    out = second(*args())
+    decision = next(iter(second.decisions.values()))
+    assert decision.backend == winner
+    assert len([m for m in decision.measurements if m.placement is not None]) == 1  # compiled only the winner
+    torch.testing.assert_close(out[0], chain(*args()))
+
+
+def test_explicit_backend_is_verified_before_trusted():
+    ir = trace(chain, args())
+    runner = GraphRunner(ir, resolve("eager", None, None))
+    runner(*args())
+    assert next(iter(runner.decisions.values())).backend == "eager"
