@@ -124,14 +124,22 @@ def compile_recorded(model: Any, backend: Any = "auto", mend: bool = True) -> tu
     """Compile like ``torchmux.compile`` and keep a Recorder of every graph it captures (for reports)."""
     config = resolve(backend, None, {"mend": mend})
     recorder = Recorder()
+    rewrites: list[str] = []
+    if mend:
+        from .mend import mend as mend_source, scoped
+
+        model, rewrites = mend_source(model)
     compiled = torch.compile(model, backend=TorchmuxDynamoBackend(config, recorder), dynamic=False)
-    return compiled, recorder
+    recorder.rewrites = rewrites  # type: ignore[attr-defined]  # read by report()
+    return (scoped(compiled) if mend else compiled), recorder
 
 
 def report(recorder: Recorder, rewrites: list[str] | None = None) -> ExplainReport:
     reasons = break_reasons_of(recorder.graphs)
+    if rewrites is None:
+        rewrites = getattr(recorder, "rewrites", [])
     return ExplainReport(len(recorder.graphs), len(reasons), reasons, [graph_report(g) for g in recorder.graphs],
-                         list(rewrites or []))
+                         list(rewrites))
 
 
 def explain(model: Any, *args: Any, backend: Any = "auto", mend: bool = True, **kwargs: Any) -> ExplainReport:
@@ -141,10 +149,13 @@ def explain(model: Any, *args: Any, backend: Any = "auto", mend: bool = True, **
     same argument as compile()'s; ``mend=False`` turns the graph-break mending pass off (model keyword
     arguments named ``backend`` or ``mend`` cannot be passed through here).
     """
+    from .mend import mended
+
     torch._dynamo.reset()
     try:
-        compiled, recorder = compile_recorded(model, backend, mend)
-        compiled(*args, **kwargs)
+        with mended(model, mend) as (target, _):  # the user's modules get their own methods back after
+            compiled, recorder = compile_recorded(target, backend, mend)
+            compiled(*args, **kwargs)
     finally:
         torch._dynamo.reset()
     return report(recorder)

@@ -1,0 +1,242 @@
+"""What mended code calls at run time (the rewrites in :mod:`torchmux.frontends.rewrites` emit calls to these).
+
+Everything here is plain Python that Dynamo inlines; each test below is decided while Dynamo traces
+(types, shapes, dtypes, grad mode, module types), so it costs nothing in the graph.
+
+- :func:`deferred` is the one function put in ``torch._dynamo.config.reorderable_logging_functions``:
+  Dynamo moves the call to after the graph and passes it the graph's tensors. It replays a print, a
+  ``warnings.warn``, a logging call, a ``.item()`` or a failed check exactly as the user wrote it,
+  with the user's file and line. Outside Dynamo it simply runs at once.
+- :func:`pred`, :func:`mergeable`, :func:`merge`, :func:`pure_module`: the runtime guards of the
+  if/else rewrite. When a guard says no, the mended code runs the user's original statements.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+
+# --- deferred effects --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One print/warn/log/check site, registered when its function was mended."""
+
+    kind: str  # "print", "warn", "log", "item", "check"
+    callee: Callable[[dict[str, Any]], Any] | None  # evaluates the callee (or exception class) in the user's globals
+    globals: dict[str, Any]
+    filename: str
+    lineno: int
+    funcname: str
+    parts: tuple[Any, ...]  # how to rebuild the positional arguments from the runtime values (see _rebuild)
+    kwargs: tuple[tuple[str, Any], ...] = ()  # constant keyword arguments
+    guarded: int = 0  # 1: first runtime value is a predicate, run only if true; -1: only if false
+    level: int = 0  # the logging level for kind "log"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+EFFECTS: list[Effect] = []
+
+
+def register(effect: Effect) -> int:
+    EFFECTS.append(effect)
+    return len(EFFECTS) - 1
+
+
+def _deferred(key: int, *values: Any) -> None:
+    """Perform effect ``key`` with the runtime ``values`` (reordered after the graph by Dynamo)."""
+    effect = EFFECTS[key]
+    if effect.guarded:
+        taken, values = bool(values[0]), values[1:]
+        if taken != (effect.guarded > 0):
+            return
+    args = [_rebuild(p, values) for p in effect.parts]
+    kwargs = dict(effect.kwargs)
+    if effect.kind == "item":  # a .item() whose value nobody used: still raise what it would raise
+        for v in args:
+            v.item()
+        return
+    callee = effect.callee(effect.globals) if effect.callee is not None else None
+    if effect.kind == "check":
+        if bool(args[0]) == effect.extra["raise_if"]:
+            raise callee(*args[1:])
+        return
+    if effect.kind == "print":
+        print(*args, **kwargs)
+    elif effect.kind == "warn" and callee is warnings.warn:
+        _warn(effect, *args, **kwargs)
+    elif effect.kind == "log" and _is_logger_method(callee):
+        _log(effect, callee.__self__, *args)
+    elif effect.kind == "log" and callee is getattr(logging, callee.__name__, None):
+        root = logging.getLogger()
+        if not root.handlers:
+            logging.basicConfig()
+        _log(effect, root, *args)
+    else:  # the name now means something else: call it as written
+        callee(*args, **kwargs)
+
+
+#: what mended code calls; Dynamo must never trace into it (it runs between graphs, as plain Python)
+deferred = torch.compiler.disable(_deferred, recursive=True)
+
+
+def _rebuild(part: Any, values: tuple[Any, ...]) -> Any:
+    """A part is ("const", v), ("value", i, converts), ("fstring", pieces) or ("percent", fmt, parts, is_tuple)."""
+    tag = part[0]
+    if tag == "const":
+        return part[1]
+    if tag == "value":
+        return _convert(values[part[1]], part[2])
+    if tag == "fstring":
+        out = []
+        for piece in part[1]:
+            if isinstance(piece, str):
+                out.append(piece)
+                continue
+            index, convert, conversion, spec = piece
+            v = _convert(values[index], convert)
+            v = {"r": repr, "s": str, "a": ascii}[conversion](v) if conversion else v
+            out.append(format(v, _rebuild(spec, values) if spec is not None else ""))
+        return "".join(out)
+    if tag == "percent":  # "fmt" % x or "fmt" % (x, y)
+        items = tuple(_rebuild(p, values) for p in part[2])
+        return part[1] % (items if part[3] else items[0])
+    raise AssertionError(part)
+
+
+def _convert(value: Any, converts: tuple[str, ...]) -> Any:
+    """Apply the conversions the rewrite moved out of the graph, innermost first."""
+    for c in converts:
+        if c == "item":
+            value = value.item()
+        elif c == "tolist":
+            value = value.tolist()
+        elif c == "size":
+            value = torch.Size(value.tolist()) if isinstance(value, torch.Tensor) else value
+        else:
+            value = {"int": int, "float": float, "bool": bool}[c](value)
+    return value
+
+
+def size_in(v: Any) -> Any:
+    """A torch.Size as a tensor, so it can leave the graph with a deferred log (``torch.Size`` cannot)."""
+    return torch.tensor(list(v), dtype=torch.int64) if isinstance(v, torch.Size) else v
+
+
+def _warn(effect: Effect, message: Any, category: Any = None, stacklevel: int = 1, *rest: Any) -> None:
+    if isinstance(message, Warning):
+        category = message.__class__
+    category = category or UserWarning
+    module = effect.globals.get("__name__", "<string>")
+    registry = effect.globals.setdefault("__warningregistry__", {})
+    warnings.warn_explicit(message, category, effect.filename, effect.lineno, module, registry, effect.globals)
+
+
+def _is_logger_method(callee: Any) -> bool:
+    return isinstance(getattr(callee, "__self__", None), logging.Logger) and callee.__name__ in _LEVELS
+
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "warn": logging.WARNING,
+           "error": logging.ERROR, "critical": logging.CRITICAL, "fatal": logging.CRITICAL}
+
+
+def _log(effect: Effect, logger: logging.Logger, msg: Any, *args: Any) -> None:
+    if not logger.isEnabledFor(effect.level):
+        return
+    record = logger.makeRecord(logger.name, effect.level, effect.filename, effect.lineno, msg, args, None,
+                               effect.funcname)
+    logger.handle(record)
+
+
+# --- the if/else rewrite's guards --------------------------------------------------------------------
+
+#: modules whose forward has no side effect and draws no random numbers in any mode
+_PURE_MODULES = (
+    nn.Linear, nn.Bilinear, nn.Identity, nn.Flatten, nn.Unflatten, nn.Embedding,
+    nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d,
+    nn.LayerNorm, nn.GroupNorm, nn.RMSNorm, nn.LocalResponseNorm,
+    nn.ReLU, nn.ReLU6, nn.GELU, nn.SiLU, nn.Mish, nn.Sigmoid, nn.Tanh, nn.Softmax, nn.LogSoftmax, nn.ELU,
+    nn.LeakyReLU, nn.Hardswish, nn.Hardsigmoid, nn.Softplus, nn.PReLU, nn.SELU, nn.CELU, nn.GLU,
+    nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d,
+    nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d, nn.AdaptiveMaxPool2d,
+)
+#: modules that draw random numbers or update statistics in training mode only
+_PURE_IN_EVAL = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout,
+                 nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.InstanceNorm1d, nn.InstanceNorm2d)
+
+
+def pure_module(m: Any) -> bool:
+    """True if calling ``m`` has no side effect (a built-in torch.nn module of a known kind)."""
+    kind = type(m)
+    if kind in _PURE_MODULES:
+        return True
+    return kind in _PURE_IN_EVAL and not m.training
+
+
+def pred(p: Any) -> bool:
+    """True if ``p`` is a one-element tensor: the if/else on it can become a select in the graph."""
+    return isinstance(p, torch.Tensor) and p.numel() == 1 and p.device.type != "meta"
+
+
+def as_bool(p: torch.Tensor) -> torch.Tensor:
+    return p.reshape(()).bool()
+
+
+def mergeable(p: torch.Tensor, a: Any, b: Any) -> bool:
+    """True if ``torch.where`` gives exactly what the chosen branch gives, values and gradients.
+
+    Tensors must agree in shape, dtype and device (no broadcasting, no promotion). Under autograd the
+    branch not taken would receive zero gradients, which can turn into NaN through a singular
+    derivative, so a tensor that needs gradients is not merged (torch.cond is used instead).
+    """
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(mergeable(p, x, y) for x, y in zip(a, b))
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+            return False
+        return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device and p.device == a.device
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return False
+    return a is b or (type(a) is type(b) and type(a) in (int, float, bool, str) and a == b)
+
+
+def cond_ok(p: torch.Tensor, a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """True if both branches give tensors ``torch.cond`` can join (same shape, dtype and device)."""
+    return all(isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape
+               and x.dtype == y.dtype and x.device == y.device for x, y in zip(a, b))
+
+
+def snap(v: Any) -> Any:
+    """A copy of a logged tensor, taken where the log was, for functions that change tensors in place."""
+    return v.clone() if isinstance(v, torch.Tensor) else v
+
+
+def merge(p: torch.Tensor, a: Any, b: Any) -> Any:
+    if isinstance(a, (tuple, list)):
+        return type(a)(merge(p, x, y) for x, y in zip(a, b))
+    if isinstance(a, torch.Tensor):
+        return torch.where(as_bool(p), a, b)
+    return a
+
+
+#: False after torch.cond refused a program (see ``mend.scoped``): the rewrite then branches in Python
+COND = True
+
+
+def cond(p: torch.Tensor, true_fn: Callable[[], Any], false_fn: Callable[[], Any]) -> Any:
+    """``torch.cond`` when Dynamo traces; a plain if when Python runs the code (eagerly)."""
+    if COND and torch.compiler.is_compiling():
+        return torch.cond(as_bool(p), lambda: fresh(true_fn()), lambda: fresh(false_fn()), ())
+    return true_fn() if p else false_fn()
+
+
+def fresh(outs: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Copies of a branch's outputs: torch.cond refuses a branch output that aliases its input."""
+    return tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in outs)
+

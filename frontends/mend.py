@@ -1,0 +1,276 @@
+"""Mend: rewrite the user's Python so Dynamo captures it in fewer graphs, before Dynamo sees it.
+
+Pipeline (``mend(model)``, run by ``torchmux.compile`` and ``torchmux.explain`` unless
+``options={"mend": False}``):
+
+1. For the model's ``forward`` (every submodule's whose class is not torch's own), the ``self.<method>``
+   helpers it calls and the global functions it calls, read the source (``inspect``); without source,
+   or for a lambda, a generator, a wrapped function or one using private ``__names``, do nothing.
+2. Apply the AST rules of :mod:`torchmux.frontends.rewrites` (tensor if/else -> ``torch.where`` /
+   ``torch.cond``, deferred print/warn/logging, checks raised after the graph, ``.item()`` kept a
+   tensor for logging). Every rule guards itself at run time and falls back to the user's statements.
+3. Compile the rewritten function with the user's file name and line numbers, with the original
+   closure cells and globals, so errors, tracebacks and break reports point at the user's code.
+4. Install it by binding the new function to the *instance* (``module.forward = MethodType(...)``);
+   the class and its other instances are untouched. A rewritten global helper is reached through a
+   guard ``(mended if helper is original else helper)``, so rebinding the global still works.
+
+``switches()`` is the other half: Dynamo's own options, applied with ``torch._dynamo.config.patch``
+around each compiled call only: ``capture_scalar_outputs`` (``.item()`` in the graph),
+``capture_dynamic_output_shape_ops`` (``nonzero``, boolean masks) and
+``reorderable_logging_functions`` (the runtime's ``deferred``).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import functools
+import inspect
+import os
+import re
+import textwrap
+import types
+import warnings
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import torch
+
+from . import _mend_runtime as rt
+from .rewrites import RT, Context, rewrite
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep  # torchmux.frontends: the runtime helpers
+_PRIVATE = re.compile(r"^__\w*[^_]_?$")  # a name Python would mangle inside a class body
+_MAX_DEPTH = 4  # how deep global helper calls are followed
+
+
+@dataclass
+class Mended:
+    """What mending one function gave: the new function (None if nothing fired) and notes."""
+
+    func: types.FunctionType | None
+    notes: list[str] = field(default_factory=list)
+    methods: set[str] = field(default_factory=set)  # self.<name>(...) calls, for the caller to follow
+    source: str = ""  # the rewritten function, for reading (``torchmux.frontends.mend.source_of``)
+
+
+_CACHE: weakref.WeakKeyDictionary[Any, Mended] = weakref.WeakKeyDictionary()
+
+
+def mend(model: Any) -> tuple[Any, list[str]]:
+    """Install mended code for ``model``; return what to compile and the rewrites applied ("file:line: what").
+
+    An ``nn.Module`` is returned itself, with mended methods bound on its (sub)module instances; a
+    function comes back as a new function; anything else comes back unchanged.
+    """
+    notes: list[str] = []
+    if isinstance(model, torch.nn.Module):
+        for m in model.modules():
+            _install(m, notes)
+        return model, _unique(notes)
+    if isinstance(model, types.MethodType) and isinstance(model.__func__, types.FunctionType):
+        done = mend_function(model.__func__, method=True)
+        if done.func is None:
+            return model, []
+        return types.MethodType(done.func, model.__self__), _unique(done.notes)
+    if isinstance(model, types.FunctionType):
+        done = mend_function(model, method=False)
+        return (done.func or model), _unique(done.notes)
+    return model, []
+
+
+@contextlib.contextmanager
+def mended(model: Any, enabled: bool = True) -> Iterator[tuple[Any, list[str]]]:
+    """``mend`` for one run: the instances get their own methods back afterwards (used by explain)."""
+    if not enabled:
+        yield model, []
+        return
+    before = _bound_state(model)
+    try:
+        yield mend(model)
+    finally:
+        for m, saved in before:
+            for name in list(vars(m)):
+                if isinstance(vars(m)[name], types.MethodType) and name not in saved \
+                        and hasattr(vars(m)[name].__func__, "_torchmux_mended_from"):
+                    delattr(m, name)
+
+
+def _bound_state(model: Any) -> list[tuple[Any, set[str]]]:
+    if not isinstance(model, torch.nn.Module):
+        return []
+    return [(m, set(vars(m))) for m in model.modules()]
+
+
+def _install(m: torch.nn.Module, notes: list[str]) -> None:
+    """Mend ``m.forward`` and the ``self.<method>`` helpers it reaches; bind the results to ``m``."""
+    cls = type(m)
+    todo, seen = ["forward"], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        current = vars(m).get(name)
+        if current is not None and not hasattr(getattr(current, "__func__", None), "_torchmux_mended_from"):
+            continue  # the user set this on the instance: leave it
+        fn = inspect.getattr_static(cls, name, None)
+        if not isinstance(fn, types.FunctionType) or not _is_user_code(fn):
+            continue
+        done = mend_function(fn, method=True)
+        todo.extend(done.methods)
+        if done.func is not None:
+            object.__setattr__(m, name, types.MethodType(done.func, m))
+            notes.extend(done.notes)
+
+
+def _is_user_code(fn: types.FunctionType) -> bool:
+    path = os.path.abspath(fn.__code__.co_filename)
+    return not (path.startswith(_TORCH_DIR) or path.startswith(_OWN_DIR) or fn.__code__.co_filename.startswith("<"))
+
+
+def _unique(notes: list[str]) -> list[str]:
+    return list(dict.fromkeys(notes))
+
+
+def mend_function(fn: types.FunctionType, method: bool, depth: int = 0) -> Mended:
+    """The mended version of ``fn`` (cached), or ``Mended(None)`` when nothing fired or it cannot be done."""
+    if fn in _CACHE:
+        return _CACHE[fn]
+    _CACHE[fn] = Mended(None)  # recursion guard: a function calling itself is followed once
+    try:
+        result = _mend(fn, method, depth)
+    except (OSError, TypeError, SyntaxError, IndentationError):  # no source, or not a plain def
+        result = Mended(None)
+    _CACHE[fn] = result
+    return result
+
+
+def source_of(fn: Any) -> str:
+    """The rewritten source of ``fn`` (a function or method), or "" if mending changed nothing."""
+    fn = getattr(fn, "__func__", fn)
+    fn = getattr(fn, "_torchmux_mended_from", fn)
+    return mend_function(fn, method=inspect.ismethod(fn) or "." in fn.__qualname__).source
+
+
+def _parse(fn: types.FunctionType) -> ast.FunctionDef | None:
+    code = fn.__code__
+    if code.co_name == "<lambda>" or code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE
+                                                      | inspect.CO_ASYNC_GENERATOR):
+        return None
+    if hasattr(fn, "__wrapped__"):  # a decorator's wrapper: the wrapped function cannot be re-wrapped safely
+        return None
+    lines, first = inspect.getsourcelines(fn)
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
+        return None
+    fdef = tree.body[0]
+    if fdef.name != code.co_name or first != code.co_firstlineno:
+        return None
+    for n in ast.walk(fdef):  # private names were mangled by the class body; recompiling would not mangle them
+        name = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else None
+        if name and _PRIVATE.match(name):
+            return None
+    ast.increment_lineno(tree, first - 1)
+    fdef.decorator_list = []  # they returned ``fn`` itself (no __wrapped__, same code object)
+    return fdef
+
+
+def _mend(fn: types.FunctionType, method: bool, depth: int) -> Mended:
+    fdef = _parse(fn)
+    if fdef is None:
+        return Mended(None)
+    filename = fn.__code__.co_filename
+    args = fdef.args.posonlyargs + fdef.args.args
+    ctx = Context(filename, fn.__globals__, fn.__name__, args[0].arg if method and args else None)
+    rewrite(fdef, ctx)
+    injected: dict[str, Any] = {RT: rt}
+    if depth < _MAX_DEPTH:
+        _follow_globals(fdef, ctx, injected, depth)
+    methods = {c.func.attr for c in ast.walk(fdef) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+               and isinstance(c.func.value, ast.Name) and c.func.value.id == ctx.self_name}
+    if not ctx.notes:
+        return Mended(None, [], methods)
+    return Mended(_build(fn, fdef, injected), ctx.notes, methods, ast.unparse(fdef))
+
+
+def _follow_globals(fdef: ast.FunctionDef, ctx: Context, injected: dict[str, Any], depth: int) -> None:
+    """Mend the user's global functions this one calls; call them through an identity guard."""
+    for call in [c for c in ast.walk(fdef) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)]:
+        name = call.func.id
+        target = ctx.resolve(call.func)
+        if not isinstance(target, types.FunctionType) or not _is_user_code(target) or name.startswith("_mend_"):
+            continue
+        done = mend_function(target, method=False, depth=depth + 1)
+        if done.func is None:
+            continue
+        new, old = f"_mend_g_{name}", f"_mend_o_{name}"
+        injected[new], injected[old] = done.func, target
+        guard = ast.IfExp(ast.Compare(ast.Name(name, ast.Load()), [ast.Is()], [ast.Name(old, ast.Load())]),
+                          ast.Name(new, ast.Load()), ast.Name(name, ast.Load()))
+        call.func = ast.copy_location(guard, call.func)
+        ctx.notes.extend(done.notes)
+        ctx.note(call, f"calls the mended {name}()")
+
+
+def _build(fn: types.FunctionType, fdef: ast.FunctionDef, injected: dict[str, Any]) -> types.FunctionType:
+    """Compile ``fdef`` at the user's file and lines, with ``fn``'s globals, defaults and closure cells."""
+    code = fn.__code__
+    free = list(code.co_freevars)
+    params = free + [n for n in injected if n not in free]
+    body: list[ast.stmt] = []
+    if "__class__" in free:  # zero-argument super() needs a __class__ cell
+        body.append(ast.If(ast.Constant(False), [ast.Expr(ast.Name("__class__", ast.Load()))], []))
+    body += [fdef, ast.Return(ast.Name(fdef.name, ast.Load()))]
+    factory = ast.FunctionDef("_mend_factory", ast.arguments([], [ast.arg(p) for p in params], None, [], [], None, []),
+                              body, [], None, **({"type_params": []} if hasattr(ast, "TypeAlias") else {}))
+    ast.copy_location(factory, fdef)
+    module = ast.fix_missing_locations(ast.Module([factory], []))
+    top = compile(module, code.co_filename, "exec", dont_inherit=True)
+    fcode = next(c for c in top.co_consts if isinstance(c, types.CodeType) and c.co_name == "_mend_factory")
+    inner = next(c for c in fcode.co_consts if isinstance(c, types.CodeType) and c.co_name == fdef.name)
+    cells = dict(zip(free, fn.__closure__ or ()))
+    closure = tuple(cells[n] if n in cells else types.CellType(injected[n]) for n in inner.co_freevars)
+    new = types.FunctionType(inner, fn.__globals__, fn.__name__, fn.__defaults__, closure)
+    new.__kwdefaults__ = fn.__kwdefaults__
+    new.__qualname__, new.__module__, new.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
+    new.__dict__.update(fn.__dict__)
+    new._torchmux_mended_from = fn  # type: ignore[attr-defined]
+    return new
+
+
+# --- Dynamo's own switches ---------------------------------------------------------------------------
+
+
+def switches() -> contextlib.AbstractContextManager[Any]:
+    """Dynamo options that remove breaks, for the duration of one compiled call."""
+    cfg = torch._dynamo.config
+    return cfg.patch(
+        capture_scalar_outputs=True,
+        capture_dynamic_output_shape_ops=True,
+        reorderable_logging_functions=set(cfg.reorderable_logging_functions) | {rt.deferred},
+    )
+
+
+def scoped(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` run under :func:`switches`."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with switches():
+            try:
+                return fn(*args, **kwargs)
+            except torch._dynamo.exc.UncapturedHigherOrderOpError as e:
+                if not rt.COND:
+                    raise
+                # torch.cond refused a rewritten if/else while Dynamo traced it (before the frame ran):
+                # branch in Python instead (a graph break, as without the rewrite) and trace again
+                rt.COND = False
+                warnings.warn(f"torchmux: torch.cond refused a rewritten tensor if/else ({str(e).splitlines()[0]}); "
+                              "such ifs now branch in Python (one graph break each)", stacklevel=2)
+                return fn(*args, **kwargs)
+
+    return run

@@ -1,0 +1,175 @@
+"""Run a corpus program eagerly and captured, and compare everything the user can see.
+
+``run(program, mode)`` returns a :class:`Result`: graph count, break count (distinct break sites), and
+whether the captured run matched eager Python: the outputs, the printed text, the log records
+(level, file, line, message), the warnings raised from the corpus file (category, line, message) and
+any exception (type and message). Random draws are compared under the same seed.
+
+Modes:
+- ``torchmux``: ``torchmux.explain`` machinery with the mend pass (source rewrites and Dynamo switches);
+- ``torchmux-nomend``: the same with ``mend=False``;
+- ``rewrites-only`` / ``switches-only``: one half of the mend pass (for measuring what each gives);
+- ``dynamo``: ``torch._dynamo.explain`` for the counts, ``torch.compile(backend="eager")`` for the outputs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import logging
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import torch
+
+from torchmux.frontends import mend as mend_module
+from torchmux.frontends.explain import compile_recorded, report
+
+MODES = ("torchmux", "torchmux-nomend", "rewrites-only", "switches-only", "dynamo")
+CORPUS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs.py")
+
+
+@dataclass
+class Result:
+    name: str
+    mode: str
+    graphs: int
+    breaks: int
+    correct: bool
+    why: str = ""  # what differed, when not correct
+    rewrites: tuple[str, ...] = ()
+
+    @property
+    def full_graph(self) -> bool:
+        return self.graphs == 1 and self.breaks == 0
+
+
+@dataclass
+class Seen:
+    output: Any
+    error: tuple[str, str] | None
+    text: str
+
+
+@contextlib.contextmanager
+def _observe() -> Iterator[list[str]]:
+    """Collect stdout, the corpus logger's records and the corpus file's warnings, in order."""
+    lines: list[str] = []
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("LOG %(levelname)s %(filename)s:%(lineno)d %(funcName)s %(message)s"))
+    logger = logging.getLogger("torchmux.corpus")
+    old_level, old_propagate = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    out = io.StringIO()
+    try:
+        with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(out):
+            warnings.simplefilter("always")
+            yield lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+        logger.propagate = old_propagate
+    lines.append(out.getvalue())
+    lines.append(stream.getvalue())
+    lines += [f"WARN {w.category.__name__} {os.path.basename(w.filename)}:{w.lineno} {w.message}"
+              for w in caught if os.path.abspath(w.filename) == CORPUS_FILE]
+
+
+def observe(fn: Any, args: tuple[Any, ...], seed: int = 0) -> Seen:
+    torch.manual_seed(seed)
+    with _observe() as lines:
+        try:
+            out, error = fn(*args), None
+        except Exception as e:  # the program's own exception is part of what it does
+            out, error = None, (type(e).__name__, str(e))
+    return Seen(out, error, "\n".join(lines))
+
+
+def same(a: Seen, b: Seen) -> str:
+    """"" if the two runs look the same to the user, else what differed."""
+    if a.error != b.error:
+        return f"exception {a.error} != {b.error}"
+    if a.text != b.text:
+        return f"text {a.text!r} != {b.text!r}"
+    ta, tb = _tensors(a.output), _tensors(b.output)
+    if len(ta) != len(tb):
+        return "different outputs"
+    for x, y in zip(ta, tb):
+        if x.shape != y.shape or x.dtype != y.dtype or not torch.allclose(x, y, rtol=1e-5, atol=1e-6, equal_nan=True):
+            return f"output differs (max abs diff {(x.double() - y.double()).abs().max().item() if x.shape == y.shape else 'shape'})"
+    return ""
+
+
+def _tensors(out: Any) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out.detach()]
+    if isinstance(out, dict):
+        return [t for v in out.values() for t in _tensors(v)]
+    if isinstance(out, (tuple, list)):
+        return [t for v in out for t in _tensors(v)]
+    if hasattr(out, "to_tuple"):
+        return _tensors(out.to_tuple())
+    return [torch.tensor(out)] if isinstance(out, (int, float)) else []
+
+
+@contextlib.contextmanager
+def _half(mode: str) -> Iterator[None]:
+    """Turn off one half of the mend pass (measurement only)."""
+    if mode == "rewrites-only":
+        saved = mend_module.switches
+        mend_module.switches = contextlib.nullcontext  # type: ignore[assignment]
+        try:
+            yield
+        finally:
+            mend_module.switches = saved
+    elif mode == "switches-only":
+        saved_mend = mend_module.mend
+        mend_module.mend = lambda model: (model, [])  # type: ignore[assignment]
+        try:
+            yield
+        finally:
+            mend_module.mend = saved_mend
+    else:
+        yield
+
+
+def run_model(model: Any, args: tuple[Any, ...], mode: str = "torchmux", backend: str = "eager") -> tuple[Seen, Any]:
+    """Capture ``model`` once in ``mode``; return what the captured run showed and its report (or explain output)."""
+    torch._dynamo.reset()
+    try:
+        if mode == "dynamo":
+            with contextlib.redirect_stdout(io.StringIO()):
+                explained = torch._dynamo.explain(model)(*copy.deepcopy(args))
+            torch._dynamo.reset()
+            seen = observe(torch.compile(model, backend="eager"), args)
+            return seen, explained
+        use_mend = mode != "torchmux-nomend"
+        with _half(mode), mend_module.mended(model, use_mend) as (target, _):
+            compiled, recorder = compile_recorded(target, backend, use_mend)
+            seen = observe(compiled, args)
+        return seen, report(recorder)
+    finally:
+        torch._dynamo.reset()
+
+
+def run(program: Any, mode: str = "torchmux") -> Result:
+    model, args = program.build()
+    if isinstance(model, torch.nn.Module):
+        model.eval()
+    reference = observe(model, copy.deepcopy(args))
+    if isinstance(model, torch.nn.Module) and hasattr(model, "calls"):
+        model.calls = 0  # AttributeMutation counts its calls: start the captured run from the same state
+    seen, rep = run_model(model, copy.deepcopy(args), mode)
+    why = same(reference, seen)
+    if mode == "dynamo":
+        graphs, breaks, rewrites = rep.graph_count, len({repr(r.user_stack[-1]) if r.user_stack else r.reason
+                                                         for r in rep.break_reasons}), ()
+    else:
+        graphs, breaks, rewrites = rep.graph_count, rep.graph_break_count, tuple(rep.rewrites)
+    return Result(program.name, mode, graphs, breaks, not why, why, rewrites)
