@@ -88,6 +88,7 @@ class TritonBackend(torchmux.Backend):
         "aten.bmm.default",
         "aten.addmm.default",
         "aten.convolution.default",
+        "aten._native_batch_norm_legit_no_training.default",
         "aten.native_layer_norm.default",
         "aten._softmax.default",
         "aten._log_softmax.default",

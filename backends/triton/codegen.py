@@ -56,6 +56,8 @@ def compute_type(dtype: torch.dtype) -> str:
 
 def lit(v: Any) -> str:
     """A Python scalar as Triton source."""
+    if v is None:
+        return "None"
     if isinstance(v, bool):
         return "1" if v else "0"
     if isinstance(v, float):
@@ -143,8 +145,17 @@ def _sign(a: list[str], n: fx.Node) -> str:
     return f"tl.where({x} > 0, 1, tl.where({x} < 0, -1, 0))"
 
 
+def _batch_norm(a: list[str], n: fx.Node) -> str:
+    x, w, b, mean, var = a[:5]
+    y = f"(({x} - {mean}) * (1.0 / tl.sqrt({var} + {lit(float(n.args[6]))})))"
+    if w != "None":
+        y = f"({y} * {w})"
+    return f"({y} + {b})" if b != "None" else y
+
+
 def shape_dtype(n: fx.Node) -> torch.dtype:
-    return n.meta["val"].dtype
+    val = n.meta["val"]
+    return (val[0] if isinstance(val, (tuple, list)) else val).dtype
 
 
 RULES: dict[str, Callable[[list[str], fx.Node], str]] = {
@@ -209,6 +220,7 @@ RULES: dict[str, Callable[[list[str], fx.Node], str]] = {
     "_to_copy.default": lambda a, n: a[0],
     "clone.default": lambda a, n: a[0],
     "alias.default": lambda a, n: a[0],
+    "_native_batch_norm_legit_no_training.default": _batch_norm,
 }
 _COMPARE = {"eq", "ne", "gt", "lt", "ge", "le"}
 _LOGICAL = {"logical_and", "logical_or", "logical_not"}

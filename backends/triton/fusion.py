@@ -57,7 +57,9 @@ FUSIBLE_POINTWISE = frozenset({
     "ge.Tensor", "ge.Scalar", "le.Tensor", "le.Scalar", "logical_and.default", "logical_or.default",
     "logical_not.default", "where.self", "_to_copy.default", "clone.default", "alias.default",
     "full.default", "arange.start_step", "arange.start", "arange.default", "scalar_tensor.default",
+    "_native_batch_norm_legit_no_training.default",
 })
+BATCH_NORM = "_native_batch_norm_legit_no_training.default"
 #: reductions and the normalizations built on them: evaluated once per row, kept in registers
 ROWWISE = frozenset({
     "sum.dim_IntList", "sum.default", "mean.dim", "mean.default", "amax.default", "amin.default",
@@ -85,7 +87,15 @@ def op_key(node: fx.Node) -> str:
 
 
 def shape_of(node: Any) -> tuple[int, ...]:
-    return tuple(int(d) for d in node.meta["val"].shape)
+    """The static shape of a node's value (of its first output, for a multi-output op)."""
+    val = node.meta["val"]
+    if isinstance(val, (tuple, list)):
+        val = val[0]
+    return tuple(int(d) for d in val.shape)
+
+
+def is_multi(node: fx.Node) -> bool:
+    return isinstance(node.meta.get("val"), (tuple, list))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -253,6 +263,8 @@ def classify(node: fx.Node) -> str:
         return VIEW
     if key == "_to_copy.default" and any(k in node.kwargs for k in ("device", "layout")):
         return EXTERN
+    if key == BATCH_NORM and any(op_key(u) != "getitem" or u.args[1] != 0 for u in node.users):
+        return EXTERN  # its saved statistics are wanted: ATen computes them
     if key in FUSIBLE_POINTWISE:
         return POINTWISE
     return EXTERN
@@ -263,9 +275,13 @@ def arg_requests(node: fx.Node, index: Index, domain: Domain) -> list[tuple[fx.N
 
     None when some input cannot be read at a cheap index (a real reshape)."""
     kind = classify(node)
+    if kind == POINTWISE and op_key(node) == BATCH_NORM:  # per-channel statistics along dim 1
+        channel = (index[1],) if len(index) > 1 else (ZERO,)
+        return [(a, None, index if i == 0 else normalize(channel, shape_of(a)))
+                for i, a in enumerate(node.args[:5]) if isinstance(a, fx.Node)]
     if kind == POINTWISE:
         out_shape = shape_of(node)
-        return [(a, None, _broadcast(index, out_shape, shape_of(a))) for a in node.all_input_nodes]
+        return [(a, None, _broadcast(index, out_shape, shape_of(a))) for a in node.args if isinstance(a, fx.Node)]
     if kind == VIEW:
         src_index = view_input_index(node, index)
         return None if src_index is None else [(node.args[0], None, src_index)]
@@ -344,8 +360,6 @@ class _Checker:
         return reqs is not None and all(self.ok(a, o, i) for a, o, i in reqs)
 
     def home(self, node: fx.Node) -> Index | None:
-        if classify(node) == ROW and op_key(node) == "native_layer_norm.default":
-            return self.domain.full_index() if self.ok(node, 0, self.domain.full_index()) else None
         for index in _index_candidates(node, self.domain):
             if self.ok(node, None, index):
                 return index
@@ -377,7 +391,8 @@ def _fits(kernel: Kernel, node: fx.Node) -> Domain | None:
     if dom is None:
         return None
     checker = _Checker(kernel.nodes + [node], dom)
-    if all(checker.home(n) is not None for n in kernel.nodes + [node]):
+    # (a multi-output node is stored, and checked, through its getitem nodes)
+    if all(checker.home(n) is not None for n in kernel.nodes + [node] if not is_multi(n)):
         return dom
     return None
 
@@ -398,7 +413,7 @@ def plan(graph: fx.Graph) -> list[Kernel | Extern]:
         inside = open_k.node_set
         checker = _Checker(open_k.nodes, open_k.domain)
         for n in open_k.nodes:
-            if classify(n) == ROW and op_key(n) == "native_layer_norm.default":
+            if is_multi(n):
                 continue  # its outputs are stored through its getitem nodes
             if any(u not in inside for u in n.users):
                 home = checker.home(n)
@@ -434,6 +449,6 @@ def plan(graph: fx.Graph) -> list[Kernel | Extern]:
 
 def _is_tensor(node: fx.Node) -> bool:
     val = node.meta.get("val")
-    if classify(node) == ROW and op_key(node) == "native_layer_norm.default":
+    if is_multi(node) and classify(node) in (ROW, POINTWISE):
         return True
     return isinstance(val, torch.Tensor) and all(isinstance(d, int) for d in val.shape)

@@ -149,6 +149,14 @@ def test_row_longer_than_a_block_is_reduced_by_aten():
     assert compiled.kernel_count == 2  # exp, then (ATen sum), then the scale
 
 
+def test_batch_norm_relu_and_repeated_operands_fuse():
+    x = rand(2, 6, 9, 9)
+    mean, var, w, b = rand(6), rand(6).abs() + 0.5, rand(6), rand(6)
+    fn = lambda x, m, v, w, b: torch.relu(F.batch_norm(x, m, v, w, b, training=False) + x * x)  # noqa: E731
+    compiled, _ = run(fn, x, mean, var, w, b)
+    assert compiled.kernel_count == 1
+
+
 def test_integer_and_bool_values_flow_through():
     x, y = rand(5, 9), rand(5, 9)
     run(lambda x, y: torch.where(x > y, (x * 4).to(torch.int32), torch.arange(9, dtype=torch.int32)), x, y)
