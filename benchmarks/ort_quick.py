@@ -1,0 +1,87 @@
+"""Quick latency check of the onnxruntime backend against eager and Inductor on zoo models.
+
+    python benchmarks/ort_quick.py [--models mlp,resnet,bert,gpt2] [--batch 8] [--rounds 30]
+
+Each model is compiled three ways: eager (the nn.Module as is), Inductor (``torch.compile`` default)
+and ``torchmux.compile(backend="onnxruntime")``. After warm-up, the three run in interleaved rounds
+(so machine noise hits them alike); the table shows median milliseconds and the ratio to eager
+(below 1 is faster). It also times the hot path on a small graph: IOBinding on torch memory against
+``session.run`` with NumPy arrays in and out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import warnings
+from typing import Any, Callable
+
+import torch
+
+import torchmux
+from torchmux.autotune import zoo
+
+
+def _median_ms(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            samples[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) * 1e3 for k, v in samples.items()}
+
+
+def models(names: list[str], batch: int, rounds: int) -> None:
+    print(f"batch {batch}, {rounds} interleaved rounds, torch threads {torch.get_num_threads()}")
+    print(f"{'model':<8} {'eager ms':>9} {'inductor ms':>12} {'ort ms':>8} {'inductor/eager':>15} {'ort/eager':>10} {'ort compile s':>14}")
+    for name in names:
+        model, args = zoo.build(name, batch)
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            inductor = torch.compile(model)
+            ort_model = torchmux.compile(model, backend="onnxruntime")
+            t0 = time.perf_counter()
+            ort_model(*args)
+            ort_compile = time.perf_counter() - t0
+            fns = {"eager": lambda: model(*args), "inductor": lambda: inductor(*args), "ort": lambda: ort_model(*args)}
+            for fn in fns.values():  # warm up (Inductor compiles here)
+                fn()
+                fn()
+            ms = _median_ms(fns, rounds)
+        print(f"{name:<8} {ms['eager']:9.3f} {ms['inductor']:12.3f} {ms['ort']:8.3f} "
+              f"{ms['inductor'] / ms['eager']:15.2f} {ms['ort'] / ms['eager']:10.2f} {ort_compile:14.2f}")
+        torch._dynamo.reset()
+
+
+def hot_path(rounds: int) -> None:
+    from torchmux.core.registry import get_registry
+    from torchmux.core.trace import trace
+
+    x = torch.randn(64, 256)
+    ir = trace(lambda x: torch.relu(x) + 1, [x])
+    graph = get_registry().get("onnxruntime").compile(torchmux.CompileRequest(ir, [x]))
+    session = graph.session
+    name_in, name_out = session.get_inputs()[0].name, session.get_outputs()[0].name
+
+    def numpy_round_trip() -> torch.Tensor:
+        return torch.from_numpy(session.run([name_out], {name_in: x.numpy()})[0])
+
+    ms = _median_ms({"iobinding": lambda: graph(x), "numpy": numpy_round_trip}, rounds * 20)
+    print(f"hot path, relu(x)+1 on f32[64, 256]: IOBinding {ms['iobinding'] * 1e3:.1f} us, "
+          f"session.run with NumPy {ms['numpy'] * 1e3:.1f} us")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--models", default="mlp,resnet,bert,gpt2")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=30)
+    a = parser.parse_args()
+    models(a.models.split(","), a.batch, a.rounds)
+    hot_path(a.rounds)
+
+
+if __name__ == "__main__":
+    main()
