@@ -258,6 +258,8 @@ def classify(node: fx.Node) -> str:
             return EXTERN
         if not node.args[0].meta["val"].dtype.is_floating_point:  # integer sums and extrema: ATen
             return EXTERN
+        if not rowwise_domain(node).reduced:  # a reduction of a 0-d tensor: nothing to reduce
+            return EXTERN
         return ROW
     if key in INDEX_VIEWS:
         return VIEW

@@ -171,4 +171,6 @@ def compile_graph(ir: GraphIR, example_inputs: Sequence[Any]) -> CompiledTritonG
             (Path(debug) / f"{name}.py").write_text(ks.source)
         launch = _Launch(ks, _load(ks))
         steps.append((lambda env, launch=launch: launch(env, device), list(ks.inputs)))
-    return CompiledTritonGraph(ir, steps, sources, device)
+    compiled = CompiledTritonGraph(ir, steps, sources, device)
+    compiled(*example_inputs)  # Triton compiles at first launch: let its errors come from compile()
+    return compiled
