@@ -45,6 +45,7 @@ OPTIONS = {
     "allow_spinning": "let idle session threads spin for the next run (default False: they would take the "
                       "cores from the torch ops that run between ONNX Runtime regions)",
 }
+EXPORT_FORMAT = 1  # bump whenever export_onnx changes what it writes: old cache entries then miss
 IR_VERSION = 10  # torch's exporter writes 10; ONNX Runtime 1.31 reads up to 13 (onnx 1.23 alone would write 14)
 
 # torch dtype -> (NumPy element type for IOBinding, ONNX Runtime's type string)
@@ -110,6 +111,7 @@ def _device(inputs: Sequence[Any]) -> torch.device:
 def _cache_dir(ir: GraphIR, providers: list[tuple[str, dict[str, Any]]]) -> Path:
     key = json.dumps({
         "fingerprint": ir.fingerprint(),
+        "format": EXPORT_FORMAT,
         "onnxruntime": ort.__version__,
         "torch": torch.__version__,
         "opset": _opset(),
@@ -170,8 +172,24 @@ def export_onnx(ir: GraphIR, example_inputs: Sequence[Any]) -> bytes:
             f"the ONNX model of graph {ir.name} has {len(model.graph.input)} inputs and {len(model.graph.output)} "
             f"outputs; the graph has {len(ir.placeholders)} and {len(ir.outputs)}"
         )
+    _outputs_not_inputs(model)
+    if not any(op.domain in ("", "ai.onnx") for op in model.opset_import):  # a graph with no op has none
+        model.opset_import.add(domain="", version=_opset())
     model.ir_version = min(model.ir_version, IR_VERSION)
     return model.SerializeToString()
+
+
+def _outputs_not_inputs(model: Any) -> None:
+    """Give every output that is a graph input its own value (an Identity): ONNX Runtime does not write
+    a passed-through input into the output buffer bound for it."""
+    import onnx
+
+    inputs = {i.name for i in model.graph.input}
+    for i, out in enumerate(model.graph.output):
+        if out.name in inputs:
+            new = f"{out.name}__output{i}"
+            model.graph.node.append(onnx.helper.make_node("Identity", [out.name], [new], name=f"passthrough_{i}"))
+            out.name = new
 
 
 def _export_fast(ir: GraphIR, args: tuple[Any, ...]) -> Any:
@@ -281,6 +299,8 @@ class OrtGraph:
         if len(args) != len(self._inputs) or len(outs) != len(self._outputs):
             raise ValueError(f"the graph takes {len(self._inputs)} inputs and {len(self._outputs)} outputs, "
                              f"got {len(args)} and {len(outs)}")
+        if not self._unique(outs):  # every output is empty: nothing to compute
+            return outs
         if self._c is not None:
             try:
                 return self._run_c(args, outs)
@@ -292,7 +312,7 @@ class OrtGraph:
             if not t.is_contiguous():
                 t = t.contiguous()
                 keep.append(t)
-            binding.bind_input(name, t.device.type, t.device.index or 0, np_type, tuple(t.shape), t.data_ptr())
+            binding.bind_input(name, t.device.type, t.device.index or 0, np_type, tuple(t.shape), _ptr(t))
         for name, np_type, o in self._unique(outs):
             binding.bind_output(name, o.device.type, o.device.index or 0, np_type, tuple(o.shape), o.data_ptr())
         self.session.run_with_iobinding(binding)
@@ -309,7 +329,7 @@ class OrtGraph:
             if not t.is_contiguous():
                 t = t.contiguous()
                 keep.append(t)
-            binding.bind_input(name, devices(t.device), np_type, tuple(t.shape), t.data_ptr())
+            binding.bind_input(name, devices(t.device), np_type, tuple(t.shape), _ptr(t))
         for name, np_type, o in self._unique(outs):
             binding.bind_output(name, devices(o.device), np_type, tuple(o.shape), o.data_ptr())
         c_session.run_with_iobinding(binding, None)
@@ -317,7 +337,20 @@ class OrtGraph:
         return outs
 
     def _unique(self, outs: Sequence[torch.Tensor]) -> list[tuple[str, type, torch.Tensor]]:
-        return [(self._outputs[i][0], self._outputs[i][1], outs[i]) for i in self._first_of_each]
+        # an empty output has no memory to bind (its data pointer is 0); there is nothing to write either
+        return [(self._outputs[i][0], self._outputs[i][1], outs[i]) for i in self._first_of_each if outs[i].numel()]
+
+
+_DUMMY: dict[torch.device, torch.Tensor] = {}
+
+
+def _ptr(t: torch.Tensor) -> int:
+    """The tensor's data pointer; for an empty tensor (pointer 0, which IOBinding refuses) a valid one."""
+    if t.numel():
+        return t.data_ptr()
+    if t.device not in _DUMMY:
+        _DUMMY[t.device] = torch.zeros(8, dtype=torch.float64, device=t.device)
+    return _DUMMY[t.device].data_ptr()
 
 
 def _c_binding(session: ort.InferenceSession) -> Any:

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 import torchmux
 from torchmux.autotune import zoo
+from torchmux.core.compare import mismatch
 from torchmux.core.registry import get_registry
 from torchmux.core.trace import trace
 
@@ -144,6 +145,21 @@ def test_weights_are_inputs_and_strided_inputs_work(cache_dir: Path) -> None:
     torch.testing.assert_close(graph(x, w, b)[0], _linear_gelu(x, w, b), atol=1e-5, rtol=1e-5)
     xt = torch.randn(16, 8).t()  # a non-contiguous input of the right shape
     torch.testing.assert_close(graph(xt, w, b)[0], _linear_gelu(xt, w, b), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name,fn,shapes", [
+    ("passthrough", lambda x: (x + 1, x), [(3, 4)]),  # an output that is an input
+    ("same_twice", lambda x: ((x * 2).exp(),) * 2, [(3, 4)]),  # one value returned twice
+    ("empty_output", lambda x: x[:, :0] + 1, [(3, 4)]),  # data_ptr() of an empty tensor is 0
+    ("empty_input", lambda x, y: (x + 1, y * 2), [(3, 4), (0, 4)]),
+    ("unused_input", lambda x, y: x.exp(), [(3, 4), (2,)]),
+    ("int_and_scalar", lambda x: (x.argmax(0), x.sum()), [(3, 4)]),
+])
+def test_graph_edges(name: str, fn, shapes: list, cache_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    inputs = [torch.randn(s) for s in shapes]
+    ir = trace(fn, inputs, name=name)
+    graph = get_registry().get("onnxruntime").compile(torchmux.CompileRequest(ir, inputs))
+    assert mismatch(graph(*inputs), ir.run_reference(*inputs)) is None
 
 
 # ------------------------------------------------------------------------------------- disk cache
