@@ -60,8 +60,10 @@ def compile(
 
         model, _ = mend(model)
     compiled = torch.compile(model, backend=shared_backend(config), fullgraph=fullgraph, dynamic=bool(dynamic))
-    if config.get("mend"):
-        compiled = scoped(compiled)
+    if config.get("mend") and isinstance(compiled, torch.nn.Module):
+        compiled.forward = scoped(compiled.forward)  # Dynamo's switches, scoped to each call
+    elif config.get("mend"):
+        compiled = functools.wraps(model)(scoped(compiled))
     if not fullgraph:
         return compiled
     if isinstance(compiled, torch.nn.Module):

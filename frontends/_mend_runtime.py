@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import torch
 import torch.nn as nn
+from torch._dynamo.comptime import comptime
 
 # --- deferred effects --------------------------------------------------------------------------------
 
@@ -42,6 +43,19 @@ class Effect:
 
 
 EFFECTS: list[Effect] = []
+NOTES: list[str] = []  # every rewrite applied, "file:line: what"
+FIRED: set[int] = set()  # the NOTES keys Dynamo traced through (what explain reports)
+
+
+def note(text: str) -> int:
+    NOTES.append(text)
+    return len(NOTES) - 1
+
+
+def fired(key: int) -> bool:
+    """Record, while Dynamo traces (``comptime``; nothing at run time), that rewrite ``key`` took effect."""
+    comptime(lambda ctx: FIRED.add(ctx.get_local("key").as_python_constant()))
+    return True
 
 
 def register(effect: Effect) -> int:

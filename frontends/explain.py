@@ -124,13 +124,13 @@ def compile_recorded(model: Any, backend: Any = "auto", mend: bool = True) -> tu
     """Compile like ``torchmux.compile`` and keep a Recorder of every graph it captures (for reports)."""
     config = resolve(backend, None, {"mend": mend})
     recorder = Recorder()
-    rewrites: list[str] = []
+    rewrites: Any = []
     if mend:
         from .mend import mend as mend_source, scoped
 
         model, rewrites = mend_source(model)
     compiled = torch.compile(model, backend=TorchmuxDynamoBackend(config, recorder), dynamic=False)
-    recorder.rewrites = rewrites  # type: ignore[attr-defined]  # read by report()
+    recorder.rewrites = rewrites  # type: ignore[attr-defined]  # report() lists those that fired
     return (scoped(compiled) if mend else compiled), recorder
 
 

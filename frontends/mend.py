@@ -34,7 +34,7 @@ import types
 import warnings
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
@@ -52,7 +52,7 @@ class Mended:
     """What mending one function gave: the new function (None if nothing fired) and notes."""
 
     func: types.FunctionType | None
-    notes: list[str] = field(default_factory=list)
+    notes: list[int] = field(default_factory=list)  # keys of the runtime's NOTES
     methods: set[str] = field(default_factory=set)  # self.<name>(...) calls, for the caller to follow
     source: str = ""  # the rewritten function, for reading (``torchmux.frontends.mend.source_of``)
 
@@ -60,33 +60,61 @@ class Mended:
 _CACHE: weakref.WeakKeyDictionary[Any, Mended] = weakref.WeakKeyDictionary()
 
 
-def mend(model: Any) -> tuple[Any, list[str]]:
-    """Install mended code for ``model``; return what to compile and the rewrites applied ("file:line: what").
+class Rewrites:
+    """The rewrites applied to one model. Iterating gives those Dynamo traced through since ``mend``
+    ("file:line: what"), which is what explain reports; ``applied`` lists them all."""
+
+    def __init__(self, keys: list[int]) -> None:
+        self.keys = list(dict.fromkeys(keys))
+        rt.FIRED.difference_update(self.keys)
+
+    @property
+    def applied(self) -> list[str]:
+        return _by_place(rt.NOTES[k] for k in self.keys)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_by_place(rt.NOTES[k] for k in self.keys if k in rt.FIRED))
+
+    def __len__(self) -> int:
+        return len(list(iter(self)))
+
+
+def _by_place(notes: Iterable[str]) -> list[str]:
+    def place(note: str) -> tuple[str, int]:
+        where = note.split(": ", 1)[0]
+        path, _, line = where.rpartition(":")
+        return path, int(line) if line.isdigit() else 0
+
+    return sorted(notes, key=place)
+
+
+def mend(model: Any) -> tuple[Any, Rewrites]:
+    """Install mended code for ``model``; return what to compile and its :class:`Rewrites`.
 
     An ``nn.Module`` is returned itself, with mended methods bound on its (sub)module instances; a
     function comes back as a new function; anything else comes back unchanged.
     """
-    notes: list[str] = []
+    notes: list[int] = []
     if isinstance(model, torch.nn.Module):
         for m in model.modules():
             _install(m, notes)
-        return model, _unique(notes)
+        return model, Rewrites(notes)
     if isinstance(model, types.MethodType) and isinstance(model.__func__, types.FunctionType):
         done = mend_function(model.__func__, method=True)
         if done.func is None:
-            return model, []
-        return types.MethodType(done.func, model.__self__), _unique(done.notes)
+            return model, Rewrites([])
+        return types.MethodType(done.func, model.__self__), Rewrites(done.notes)
     if isinstance(model, types.FunctionType):
         done = mend_function(model, method=False)
-        return (done.func or model), _unique(done.notes)
-    return model, []
+        return (done.func or model), Rewrites(done.notes)
+    return model, Rewrites([])
 
 
 @contextlib.contextmanager
-def mended(model: Any, enabled: bool = True) -> Iterator[tuple[Any, list[str]]]:
+def mended(model: Any, enabled: bool = True) -> Iterator[tuple[Any, Rewrites]]:
     """``mend`` for one run: the instances get their own methods back afterwards (used by explain)."""
     if not enabled:
-        yield model, []
+        yield model, Rewrites([])
         return
     before = _bound_state(model)
     try:
@@ -105,7 +133,7 @@ def _bound_state(model: Any) -> list[tuple[Any, set[str]]]:
     return [(m, set(vars(m))) for m in model.modules()]
 
 
-def _install(m: torch.nn.Module, notes: list[str]) -> None:
+def _install(m: torch.nn.Module, notes: list[int]) -> None:
     """Mend ``m.forward`` and the ``self.<method>`` helpers it reaches; bind the results to ``m``."""
     cls = type(m)
     todo, seen = ["forward"], set()
@@ -130,10 +158,6 @@ def _install(m: torch.nn.Module, notes: list[str]) -> None:
 def _is_user_code(fn: types.FunctionType) -> bool:
     path = os.path.abspath(fn.__code__.co_filename)
     return not (path.startswith(_TORCH_DIR) or path.startswith(_OWN_DIR) or fn.__code__.co_filename.startswith("<"))
-
-
-def _unique(notes: list[str]) -> list[str]:
-    return list(dict.fromkeys(notes))
 
 
 def mend_function(fn: types.FunctionType, method: bool, depth: int = 0) -> Mended:
@@ -213,7 +237,6 @@ def _follow_globals(fdef: ast.FunctionDef, ctx: Context, injected: dict[str, Any
                           ast.Name(new, ast.Load()), ast.Name(name, ast.Load()))
         call.func = ast.copy_location(guard, call.func)
         ctx.notes.extend(done.notes)
-        ctx.note(call, f"calls the mended {name}()")
 
 
 def _build(fn: types.FunctionType, fdef: ast.FunctionDef, injected: dict[str, Any]) -> types.FunctionType:

@@ -70,15 +70,18 @@ class Context:
     funcname: str
     self_name: str | None  # the first parameter of a method
     locals: set[str] = field(default_factory=set)  # names bound anywhere in the function
-    notes: list[str] = field(default_factory=list)
+    notes: list[int] = field(default_factory=list)  # keys of _mend_rt.NOTES
     counter: int = 0
 
     def fresh(self, stem: str) -> str:
         self.counter += 1
         return f"_mend_{stem}{self.counter}"
 
-    def note(self, node: ast.AST, text: str) -> None:
-        self.notes.append(f"{self.filename}:{getattr(node, 'lineno', 0)}: {text}")
+    def note(self, node: ast.AST, text: str) -> int:
+        """Register a rewrite ("file:line: what"); the code emitted for it calls ``fired(key)`` when traced."""
+        key = rt.note(f"{self.filename}:{getattr(node, 'lineno', 0)}: {text}")
+        self.notes.append(key)
+        return key
 
     # --- name resolution (at mend time, in the function's globals) ----------------------------------
 
@@ -253,8 +256,9 @@ def defer(stmt: ast.Expr, ctx: Context, converted: dict[str, str], guard: tuple[
                        parts, kwargs, guarded=0 if guard is None else guard[1],
                        level=detail if what == "log" else 0)
     key = rt.register(effect)
-    ctx.note(stmt, f"{ast.unparse(call.func)}(...) deferred until after the graph")
-    return _at(ast.Expr(_call("deferred", ast.Constant(key), *values)), stmt)
+    note = ctx.note(stmt, f"{ast.unparse(call.func)}(...) deferred until after the graph")
+    return _at(ast.If(_call("fired", ast.Constant(note)), [ast.Expr(_call("deferred", ast.Constant(key), *values))], []),
+               stmt)
 
 
 def _shift(part: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -437,7 +441,8 @@ def _item_for_logging(fdef: ast.FunctionDef, ctx: Context, block: _Block) -> dic
             converted[name] = v.func.attr  # applied before the log's own conversions
             n.value = v.func.value
             block.unused_items[id(n)] = not uses and v.func.attr == "item"
-            ctx.note(n, f".{v.func.attr}() of '{name}' kept as a tensor (only " + ("logged)" if uses else "computed, never used)"))
+            block.item_notes[id(n)] = ctx.note(
+                n, f".{v.func.attr}() of '{name}' kept as a tensor (only " + ("logged)" if uses else "computed, never used)"))
     return converted
 
 
@@ -458,6 +463,7 @@ class _Block:
         self.ctx, self.snapshot, self.loads = ctx, snapshot, loads
         self.converted: dict[str, str] = {}
         self.unused_items: dict[int, bool] = {}
+        self.item_notes: dict[int, int] = {}
 
     def stmts(self, body: list[ast.stmt], defined: set[str], top: bool = False) -> list[ast.stmt]:
         out: list[ast.stmt] = []
@@ -482,12 +488,15 @@ class _Block:
         if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call):
             new = self.defer(s)
             return [new] if new is not None else [s]
-        if isinstance(s, ast.Assign) and self.unused_items.get(id(s)):
-            key = rt.register(rt.Effect("item", None, self.ctx.globals, self.ctx.filename, s.lineno,
-                                        self.ctx.funcname, (("value", 0, ()),)))
-            check = _at(ast.Expr(_call("deferred", ast.Constant(key), copy.deepcopy(s.targets[0]))), s)
-            check.value.args[1].ctx = ast.Load()
-            return [s, check]
+        if isinstance(s, ast.Assign) and id(s) in self.item_notes:
+            new: list[ast.stmt] = [s, _fired(self.item_notes[id(s)], s)]
+            if self.unused_items.get(id(s)):
+                key = rt.register(rt.Effect("item", None, self.ctx.globals, self.ctx.filename, s.lineno,
+                                            self.ctx.funcname, (("value", 0, ()),)))
+                check = _at(ast.Expr(_call("deferred", ast.Constant(key), copy.deepcopy(s.targets[0]))), s)
+                check.value.args[1].ctx = ast.Load()
+                new.append(check)
+            return new
         if isinstance(s, ast.If):
             if _maybe_tensor_test(s.test, self.ctx):
                 new = self.if_convert(s, defined)
@@ -515,7 +524,7 @@ class _Block:
     def defer(self, s: ast.Expr, guard: tuple[str, int] | None = None) -> ast.stmt | None:
         new = defer(s, self.ctx, self.converted, guard)
         if new is not None and self.snapshot:
-            call = new.value
+            call = new.body[0].value
             skip = 2 if guard is not None else 1
             call.args[skip:] = [_at(_call("snap", v), s) for v in call.args[skip:]]
         return new
@@ -551,6 +560,8 @@ class _Block:
         parts = (("value", 0, ()),) + tuple(_shift(a.part(x)) for x in args)
         key = rt.register(rt.Effect("check", _lazy(exc, self.ctx), self.ctx.globals, self.ctx.filename, s.lineno,
                                     self.ctx.funcname, parts, extra={"raise_if": raise_if}))
+        what = "assert" if isinstance(s, ast.Assert) else f"raise {ast.unparse(exc)}"
+        note = self.ctx.note(s, f"{what} on a tensor -> checked after the graph")
         deferred = ast.Expr(_call("deferred", ast.Constant(key), _name(c), *a.values))
         original = copy.deepcopy(s)
         if isinstance(original, ast.Assert):
@@ -558,11 +569,9 @@ class _Block:
         else:
             original.test = _name(c) if raise_if else ast.UnaryOp(ast.Not(), _name(c))
         new: list[ast.stmt] = [ast.Assign([_name(c, True)], test),
-                               ast.If(_guard(c, pure), [deferred], [original])]
+                               ast.If(_guard(c, pure), [_fired(note, s), deferred], [original])]
         if isinstance(s, ast.Assert):
             new = [ast.If(_name("__debug__"), new, [])]
-        what = "assert" if isinstance(s, ast.Assert) else f"raise {ast.unparse(exc)}"
-        self.ctx.note(s, f"{what} on a tensor -> checked after the graph")
         return _at(new, s)
 
     # --- rule 4: tensor if/else -------------------------------------------------------------------
@@ -623,21 +632,21 @@ class _Block:
                 fns.append(ast.FunctionDef(name, ast.arguments([], [], None, [], [], None, []),
                                            copy.deepcopy(body) + [ast.Return(copy.deepcopy(outs))], [], None,
                                            **_TYPE_PARAMS))
-            use_cond = [assign(_call("cond", _name(p), _name(f"_mend_tfn{k}"), _name(f"_mend_ffn{k}")))]
+            early_txt = "early return " if early else ""
+            use_cond = [_fired(self.ctx.note(s, f"{early_txt}if on a tensor -> torch.cond"), s),
+                        assign(_call("cond", _name(p), _name(f"_mend_tfn{k}"), _name(f"_mend_ffn{k}")))]
         select = [assign(ast.IfExp(_name(p), copy.deepcopy(tt), copy.deepcopy(ff)))]
         if pure.random:
             fast = fns + use_cond
-            how = "torch.cond"
         else:
             fallback = ast.If(_call("cond_ok", _name(p), copy.deepcopy(tt), copy.deepcopy(ff)), fns + use_cond, select) \
                 if not logs else select[0]
+            where = self.ctx.note(s, ("early return " if early else "") + "if on a tensor -> torch.where")
             fast = t_body + f_body + [ast.If(_call("mergeable", _name(p), tt, ff),
-                                             [assign(_call("merge", _name(p), copy.deepcopy(tt), copy.deepcopy(ff)))],
+                                             [_fired(where, s), assign(_call("merge", _name(p), copy.deepcopy(tt), copy.deepcopy(ff)))],
                                              [fallback])]
-            how = "torch.where" + ("" if logs else " (torch.cond under autograd)")
         original = ast.If(_name(p), self.stmts(copy.deepcopy(T), set(defined)), self.stmts(copy.deepcopy(F), set(defined)))
         new = [ast.Assign([_name(p, True)], s.test), ast.If(_guard(p, pure), fast, [original])]
-        self.ctx.note(s, ("early return " if early else "") + f"if on a tensor -> {how}")
         return _at(new, s)
 
     def branch(self, body: list[ast.stmt], prefix: str, outputs: list[str], guard: tuple[str, int]) -> tuple[list[ast.stmt], list[str]]:
@@ -666,6 +675,10 @@ class _Block:
                 assert new is not None
                 out.append(new)
         return out, [renames.get(x, x) for x in outputs]
+
+
+def _fired(note: int, at: ast.AST) -> ast.stmt:
+    return _at(ast.Expr(_call("fired", ast.Constant(note))), at)
 
 
 def _plain_target(t: ast.expr) -> bool:
