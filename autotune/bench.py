@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .bench_run import AUTO, EAGER, INDUCTOR
+from .bench_run import AUTO, EAGER, INDUCTOR, THREAD_ENV
 from .zoo import ZOO
 
 
@@ -138,9 +138,11 @@ def _run(cmd: list[str], env: dict[str, str], log: Path, timeout: float) -> str 
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
             rc = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        except (subprocess.TimeoutExpired, KeyboardInterrupt) as e:
             os.killpg(proc.pid, signal.SIGKILL)  # the child's own process group: it and its compile workers
             proc.wait()
+            if isinstance(e, KeyboardInterrupt):
+                raise
             return f"timed out after {timeout:.0f} s (--timeout)"
     if rc == 0:
         return None
@@ -158,7 +160,7 @@ def _log_tail(log: Path) -> str:
 def _env(args: argparse.Namespace, extra: dict[str, str]) -> dict[str, str]:
     env = dict(os.environ, **extra)
     if args.threads:
-        env["OMP_NUM_THREADS"] = str(args.threads)
+        env.update({k: str(args.threads) for k in THREAD_ENV})
     return env
 
 
@@ -310,15 +312,24 @@ def _progress(total: int, disable: bool) -> Any:
 
 def run_bench(args: argparse.Namespace, models: list[str], systems: list[str], skipped: dict[str, str],
               command: str = "torchmux bench") -> dict[str, Any]:
-    from .bench_run import cache_env  # noqa: F401  (fail early if the child side cannot import)
-
+    """Run every model; bench.json is rewritten after each one, so an interrupted run keeps what it measured."""
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "logs").mkdir(exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="torchmux-bench-"))
     warm_systems = [] if args.no_warm else [s for s in systems if s != EAGER]
     bar = _progress(len(models) * (len(systems) + len(warm_systems) + 1), args.no_progress)
-    results: dict[str, Any] = {}
     started = time.time()
+    report: dict[str, Any] = {
+        "command": command,
+        "settings": {"models": models, "batch_size": args.batch_size, "rounds": args.rounds, "systems": systems,
+                     "skipped_systems": skipped, "timeout_s": args.timeout, "warm": not args.no_warm},
+        "environment": environment(args),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "complete": False,
+        "models": {},
+        "measures": MEASURES,
+    }
+    results = report["models"]
     try:
         for model in models:
             caches = {s: work / "cache" / model / s.replace(":", "-") for s in systems}
@@ -338,20 +349,17 @@ def run_bench(args: argparse.Namespace, models: list[str], systems: list[str], s
             latency = latency_run(model, runnable, args, caches, work) if runnable else {"systems": {}}
             bar.update()
             results[model] = assemble(model, systems, cold, warm, latency, args.device)
+            report.update(wall_s=time.time() - started, geomean=geomeans(results, systems))
+            (args.out / "bench.json").write_text(json.dumps(report, indent=1))
+        report["complete"] = True
+    except KeyboardInterrupt:
+        print(f"\ntorchmux bench: interrupted; reporting the {len(results)} model(s) finished", file=sys.stderr)
     finally:
         bar.close()
         shutil.rmtree(work, ignore_errors=True)
-    return {
-        "command": command,
-        "settings": {"models": models, "batch_size": args.batch_size, "rounds": args.rounds, "systems": systems,
-                     "skipped_systems": skipped, "timeout_s": args.timeout, "warm": not args.no_warm},
-        "environment": environment(args),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-        "wall_s": time.time() - started,
-        "models": results,
-        "geomean": geomeans(results, systems),
-        "measures": MEASURES,
-    }
+    report.update(wall_s=time.time() - started, geomean=geomeans(results, systems))
+    (args.out / "bench.json").write_text(json.dumps(report, indent=1))
+    return report
 
 
 #: what each figure is, written into bench.json so the file explains itself
@@ -397,11 +405,10 @@ def main(argv: list[str] | None = None) -> int:
     import shlex
 
     report = run_bench(args, models, systems, skipped, "torchmux bench " + shlex.join(argv))
-    (args.out / "bench.json").write_text(json.dumps(report, indent=1))
     chart = write_chart(report, args.out / "bench.png")
     print(format_report(report))
     print(f"\nwrote {args.out / 'bench.json'}" + (f", {chart}" if chart else " (no chart: " + "install matplotlib)"))
-    return 0
+    return 0 if report["complete"] else 130
 
 
 def _child_main(args: argparse.Namespace) -> int:

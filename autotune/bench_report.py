@@ -92,6 +92,8 @@ def format_report(report: dict[str, Any]) -> str:
     env, st = report["environment"], report["settings"]
     head = (f"torchmux bench: {env['device_name']} ({env['device']}, {env['cpu_count']} cores, {env['threads']} threads), "
             f"torch {env['torch']}, batch {st['batch_size']}, {st['rounds']} rounds, {report['wall_s'] / 60:.1f} min")
+    if not report.get("complete", True):
+        head += f" (interrupted: {len(report['models'])} of {len(st['models'])} models)"
     lines = [head, ""] + details(report) + ["", "eager latency in parentheses; geomean over models where the system ran and matched eager", ""]
     lines += summary(report)
     if st["skipped_systems"]:

@@ -38,7 +38,14 @@ MATCH_SCALE = 5.0
 EAGER, INDUCTOR, AUTO = "eager", "inductor", "torchmux:auto"
 
 
-def make_compiled(system: str, model: torch.nn.Module) -> Callable[..., Any]:
+#: backends whose thread pools are their own (not torch's OpenMP), and the option that sizes them;
+#: ``--threads`` sets it so that every system computes with the same number of threads
+THREAD_OPTIONS = {"onnxruntime": "intra_op_num_threads"}
+#: environment variables that size the other thread pools (OpenMP, MKL, TVM's runtime)
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TVM_NUM_THREADS")
+
+
+def make_compiled(system: str, model: torch.nn.Module, threads: int | None = None) -> Callable[..., Any]:
     """The callable a system makes of ``model``: eager is the model, ``inductor`` is torch.compile's
     default, ``torchmux:<name>`` is torchmux.compile with that backend (``auto`` included)."""
     if system == EAGER:
@@ -47,8 +54,11 @@ def make_compiled(system: str, model: torch.nn.Module) -> Callable[..., Any]:
         return torch.compile(model, backend="inductor")
     if system.startswith("torchmux:"):
         import torchmux
+        from torchmux.core.registry import get_registry
 
-        return torchmux.compile(model, backend=system.split(":", 1)[1])
+        names = get_registry().names
+        options = {f"{b}.{opt}": threads for b, opt in THREAD_OPTIONS.items() if threads and b in names}
+        return torchmux.compile(model, backend=system.split(":", 1)[1], options=options)
     raise ValueError(f"unknown system {system!r}")
 
 
@@ -97,7 +107,8 @@ def _load(model: str, batch: int, device: str) -> tuple[torch.nn.Module, tuple[A
     return m.to(device), tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
 
 
-def first_call(system: str, model: torch.nn.Module, args: tuple[Any, ...], device: str) -> tuple[Callable[..., Any], Any, float, list[str]]:
+def first_call(system: str, model: torch.nn.Module, args: tuple[Any, ...], device: str,
+               threads: int | None) -> tuple[Callable[..., Any], Any, float, list[str]]:
     """Compile and call once: (callable, output, seconds, torchmux fallback warnings)."""
     from .dispatch import TorchmuxFallbackWarning
 
@@ -105,7 +116,7 @@ def first_call(system: str, model: torch.nn.Module, args: tuple[Any, ...], devic
         warnings.simplefilter("always", TorchmuxFallbackWarning)
         _sync(device)
         t0 = time.perf_counter()
-        fn = make_compiled(system, model)
+        fn = make_compiled(system, model, threads)
         out = fn(*args)
         _sync(device)
         seconds = time.perf_counter() - t0
@@ -123,7 +134,7 @@ def compile_child(model: str, system: str, batch: int, device: str, threads: int
         torch.cuda.reset_peak_memory_stats()
         gpu_before = torch.cuda.memory_allocated()
     with torch.no_grad():
-        fn, _, seconds, notes = first_call(system, m, args, device)
+        fn, _, seconds, notes = first_call(system, m, args, device, threads)
         for _ in range(2):
             fn(*args)
         _sync(device)
@@ -195,7 +206,7 @@ def latency_child(model: str, systems: list[str], batch: int, device: str, threa
                 os.environ.update(caches.get(system, {}))  # this system's cache folders (read at compile time)
                 recorder.active = system == AUTO
                 try:
-                    fn, out, seconds, notes = first_call(system, m, args, device)
+                    fn, out, seconds, notes = first_call(system, m, args, device, threads)
                     ok, diff, wrong = _compare(out, ref)
                     fn(*args)  # warm-up
                     _sync(device)

@@ -36,6 +36,7 @@ def test_json_has_every_figure(small_run: tuple[int, Path, str]) -> None:
     rc, out, _ = small_run
     assert rc == 0
     report = json.loads((out / "bench.json").read_text())
+    assert report["complete"] is True
     assert report["settings"]["systems"] == ["eager", "torchmux:eager"]
     rows = report["models"]["mlp"]["systems"]
     for system in ("eager", "torchmux:eager"):
