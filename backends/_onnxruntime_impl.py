@@ -262,9 +262,10 @@ def _with_engine_cache(providers: list[tuple[str, dict[str, Any]]], folder: Path
         if name == TENSORRT:
             opts.setdefault("trt_engine_cache_enable", True)
             opts.setdefault("trt_engine_cache_path", str(folder / "tensorrt"))
-        if name == CUDA and torch.cuda.is_available():
+        if name == CUDA and torch.cuda.is_available() and "user_compute_stream" not in opts:
             # run on torch's current stream: inputs torch wrote are ready, outputs are ordered for torch
-            opts.setdefault("user_compute_stream", str(torch.cuda.current_stream(opts.get("device_id", 0)).cuda_stream))
+            opts["user_compute_stream"] = str(torch.cuda.current_stream(int(opts.get("device_id", 0))).cuda_stream)
+            opts["has_user_compute_stream"] = "1"
         out.append((name, opts))
     return out
 
@@ -288,6 +289,9 @@ class OrtGraph:
             self._first.append(names.setdefault(name, i))
         self._first_of_each = sorted(set(self._first))
         self._c = _c_binding(session)
+        # the CUDA stream the session runs on (torch's current stream when it was created)
+        cuda_opts = dict(session.get_provider_options()).get(CUDA, {})
+        self._stream = int(cuda_opts.get("user_compute_stream", 0) or 0) if device.type == "cuda" else None
 
     def __call__(self, *args: torch.Tensor) -> list[torch.Tensor]:
         outs = [torch.empty(spec.shape, dtype=spec.dtype, device=self.device) for _, _, spec in self._outputs]
@@ -301,6 +305,8 @@ class OrtGraph:
                              f"got {len(args)} and {len(outs)}")
         if not self._unique(outs):  # every output is empty: nothing to compute
             return outs
+        if self._stream is not None and torch.cuda.current_stream(self.device).cuda_stream != self._stream:
+            torch.cuda.current_stream(self.device).synchronize()  # inputs written on another stream are ready
         if self._c is not None:
             try:
                 return self._run_c(args, outs)
