@@ -84,6 +84,9 @@ class TritonBackend(torchmux.Backend):
         "aten.amax.default",
         "aten.amin.default",
         "aten.var.correction",
+        "aten.argmax.default",
+        "aten.prod.dim_int",
+        "aten.cumsum.default",
         "aten.mm.default",
         "aten.bmm.default",
         "aten.addmm.default",
@@ -100,6 +103,7 @@ class TritonBackend(torchmux.Backend):
         "aten.slice.Tensor",
         "aten.select.int",
         "aten.clone.default",
+        "aten.split_with_sizes.default",
         "aten.arange.start_step",
         "aten.full.default",
     })

@@ -153,6 +153,9 @@ def _batch_norm(a: list[str], n: fx.Node) -> str:
     return f"({y} + {b})" if b != "None" else y
 
 
+_MUL = "@triton.jit\ndef _tmx_mul(a, b):\n    return a * b\n\n\n"
+
+
 def shape_dtype(n: fx.Node) -> torch.dtype:
     val = n.meta["val"]
     return (val[0] if isinstance(val, (tuple, list)) else val).dtype
@@ -308,6 +311,7 @@ class _Emitter:
     cache: dict[tuple[fx.Node, int | None, Index], tuple[str, str]] = field(default_factory=dict)
     loads: dict[fx.Node, int] = field(default_factory=dict)
     rows: dict[fx.Node, list[tuple[str, str]]] = field(default_factory=dict)
+    helpers: set[str] = field(default_factory=set)  # @triton.jit helpers the kernel calls
     counter: int = 0
 
     def __post_init__(self) -> None:
@@ -436,7 +440,16 @@ class _Emitter:
             return self.new(f"tl.sum(tl.where(kmask, {v}, 0.0), axis=1)[:, None]")
 
         outs: list[str]
-        if key in ("sum.dim_IntList", "sum.default"):
+        types = [F32]
+        if key == "argmax.default":  # the first maximal lane, as torch
+            types = ["tl.int64"]
+            outs = [self.new(f"tl.argmax(tl.where(kmask, {x}, float('-inf')), axis=1).to(tl.int64)[:, None]")]
+        elif key == "prod.dim_int":
+            self.helpers.add(_MUL)
+            outs = [self.new(f"tl.reduce(tl.where(kmask, {x}, 1.0), 1, _tmx_mul)[:, None]")]
+        elif key == "cumsum.default":
+            outs = [self.new(f"tl.cumsum(tl.where(kmask, {x}, 0.0), axis=1)")]
+        elif key in ("sum.dim_IntList", "sum.default"):
             outs = [total(x)]
         elif key in ("mean.dim", "mean.default"):
             outs = [self.new(f"{total(x)} / {lit(n)}")]
@@ -468,7 +481,7 @@ class _Emitter:
         else:  # pragma: no cover - fusion.ROWWISE and this list agree
             raise NotImplementedError(key)
         vals = node.meta["val"] if isinstance(node.meta["val"], (tuple, list)) else [node.meta["val"]]
-        res = [(self.rounded(v, t.dtype), F32) for v, t in zip(outs, vals)]
+        res = [(self.rounded(v, t.dtype) if ty == F32 else v, ty) for v, t, ty in zip(outs, vals, types * len(outs))]
         self.rows[node] = res
         return res
 
@@ -533,7 +546,8 @@ def generate(kernel: Kernel, name: str, interpret: bool) -> KernelSource:
         f"{f', reducing dims {list(dom.reduced)}' if dom.reduced else ''}\n"
         f"# ops: {', '.join(op_key(n) for n in kernel.nodes)}\n"
         "import triton\nimport triton.language as tl\n\n\n"
-        f"@triton.jit\ndef {name}({', '.join(params)}):\n{body}\n"
+        + "".join(sorted(em.helpers))
+        + f"@triton.jit\ndef {name}({', '.join(params)}):\n{body}\n"
     )
     return KernelSource(name, source, inputs, [n for n, _ in kernel.stores], cfg, ops)
 

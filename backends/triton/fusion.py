@@ -64,6 +64,7 @@ BATCH_NORM = "_native_batch_norm_legit_no_training.default"
 ROWWISE = frozenset({
     "sum.dim_IntList", "sum.default", "mean.dim", "mean.default", "amax.default", "amin.default",
     "var.correction", "_softmax.default", "_log_softmax.default", "native_layer_norm.default",
+    "argmax.default", "prod.dim_int", "cumsum.default",
 })
 #: views that are index rewrites inside a kernel (and ATen aliases outside one)
 INDEX_VIEWS = frozenset({
@@ -71,8 +72,8 @@ INDEX_VIEWS = frozenset({
     "squeeze.dims", "squeeze.default", "view.default", "_unsafe_view.default", "reshape.default",
     "slice.Tensor", "select.int",
 })
-#: ops that always run as ATen calls between kernels
-EXTERN_OPS = frozenset({"mm.default", "addmm.default", "bmm.default", "convolution.default"})
+#: ops that always run as ATen calls between kernels: matmul and convolution, and split (it returns views)
+EXTERN_OPS = frozenset({"mm.default", "addmm.default", "bmm.default", "convolution.default", "split_with_sizes.default"})
 HANDLED_OPS = FUSIBLE_POINTWISE | ROWWISE | INDEX_VIEWS | EXTERN_OPS
 
 
@@ -210,7 +211,7 @@ def rowwise_domain(node: fx.Node) -> Domain:
     rank = len(shape)
     if key in ("sum.default", "mean.default"):
         dims = list(range(rank))
-    elif key in ("_softmax.default", "_log_softmax.default"):
+    elif key in ("_softmax.default", "_log_softmax.default", "prod.dim_int", "cumsum.default"):
         dims = [node.args[1]]
     elif key == "native_layer_norm.default":
         dims = list(range(rank - len(node.args[1]), rank))
@@ -225,7 +226,7 @@ def rowwise_domain(node: fx.Node) -> Domain:
 
 def _keepdim(node: fx.Node) -> bool:
     key = op_key(node)
-    if key in ("sum.dim_IntList", "mean.dim", "amax.default", "amin.default"):
+    if key in ("sum.dim_IntList", "mean.dim", "amax.default", "amin.default", "argmax.default", "prod.dim_int"):
         return bool(node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False))
     if key == "var.correction":
         return bool(node.kwargs.get("keepdim", node.args[3] if len(node.args) > 3 else False))
@@ -235,7 +236,9 @@ def _keepdim(node: fx.Node) -> bool:
 def row_index(node: fx.Node, output: int, domain: Domain) -> Index:
     """Where a row-resident node's ``output`` lives: the only index a consumer may read it at."""
     key = op_key(node)
-    if key in ("_softmax.default", "_log_softmax.default") or (key == "native_layer_norm.default" and output == 0):
+    if key in ("_softmax.default", "_log_softmax.default", "cumsum.default") or (
+        key == "native_layer_norm.default" and output == 0
+    ):
         return domain.full_index()
     if key == "native_layer_norm.default":
         return domain.row_index(keepdim=True)

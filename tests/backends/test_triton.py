@@ -124,6 +124,14 @@ def test_reductions_over_non_last_dims():
     assert compiled.kernel_count == 1
 
 
+def test_argmax_prod_and_cumsum_in_registers():
+    x = rand(6, 45)
+    run(lambda x: (x.argmax(-1), x.argmax(0, keepdim=True), x.argmax()), x)
+    run(lambda x: (x * 0.1 + 1).prod(-1) + (x * 0.1 + 1).prod(0, keepdim=True).sum(), x)
+    compiled, _ = run(lambda x: torch.exp(x.cumsum(1) * 0.1) * 2, x)
+    assert compiled.kernel_count == 1
+
+
 def test_transposed_and_sliced_inputs_are_read_through_strides():
     base = rand(40, 56)
     xt = base.t()  # non-contiguous input
@@ -207,7 +215,7 @@ def test_claims_only_what_the_generator_handles():
     b = TritonBackend()
     assert "aten._softmax.default" in b.ops and "aten.mm.default" in b.ops
     assert "aten.cat.default" not in b.ops  # no lowering: runs eagerly via the partitioner
-    ir = trace(lambda x: torch.cat([x, x]).cumsum(0), [rand(3, 4)], name="unclaimed")
+    ir = trace(lambda x: F.pad(torch.cat([x, x]), (1, 1)), [rand(3, 4)], name="unclaimed")
     assert not any(b.supports(n) for n in ir.op_nodes)
 
 
