@@ -25,6 +25,7 @@ signature); strides are arguments, so any layout of the same shape reuses the ke
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -32,10 +33,10 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from .fusion import GETITEM, MAX_ROW, POINTWISE, ROW, VIEW, ZERO, Idx, Index, Kernel, arg_requests, classify, op_key, \
+from .fusion import GETITEM, MAX_ROW, POINTWISE, ROW, VIEW, ZERO, Index, Kernel, arg_requests, classify, op_key, \
     row_index, shape_of
 
-__all__ = ["KernelSource", "generate", "block_config"]
+__all__ = ["KernelSource", "BlockConfig", "generate", "block_config", "compute_type", "RULES"]
 
 TL = {
     torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.float64: "tl.float64",
@@ -506,8 +507,20 @@ class _Emitter:
         )
 
 
-def generate(kernel: Kernel, name: str, interpret: bool) -> KernelSource:
-    """The source of ``kernel`` as a module defining one @triton.jit function ``name``."""
+def kernel_name(kernel: Kernel, body: str) -> str:
+    """``tmx_<first ops>_<hash of the source>``: equal kernels get equal names, in every graph and process."""
+    tags: list[str] = []
+    for n in kernel.nodes:
+        if classify(n) in (POINTWISE, ROW):
+            tag = op_key(n).split(".")[0].strip("_").replace("native_", "").replace("_legit_no_training", "")
+            if tag not in tags:
+                tags.append(tag)
+    digest = hashlib.sha256(body.encode()).hexdigest()[:10]
+    return f"tmx_{'_'.join(tags[:3])}_{digest}"
+
+
+def generate(kernel: Kernel, interpret: bool) -> KernelSource:
+    """The source of ``kernel`` as a module defining one @triton.jit function (see :func:`kernel_name`)."""
     em = _Emitter(kernel)
     for j, (node, index) in enumerate(kernel.stores):
         em.store(j, node, index)
@@ -541,6 +554,7 @@ def generate(kernel: Kernel, name: str, interpret: bool) -> KernelSource:
     params += ["BLOCK_R: tl.constexpr", "BLOCK_K: tl.constexpr"]
     ops = sum(1 for n in kernel.nodes if classify(n) in (POINTWISE, ROW))
     body = "\n".join("    " + line for line in pro + em.lines)
+    name = kernel_name(kernel, f"{params}\n{body}\n{sorted(em.helpers)}")
     source = (
         f"# torchmux triton kernel: {ops} ops over {list(dom.shape)}"
         f"{f', reducing dims {list(dom.reduced)}' if dom.reduced else ''}\n"
@@ -551,5 +565,3 @@ def generate(kernel: Kernel, name: str, interpret: bool) -> KernelSource:
     )
     return KernelSource(name, source, inputs, [n for n, _ in kernel.stores], cfg, ops)
 
-
-__all__ += ["RULES", "Idx", "compute_type"]

@@ -37,7 +37,7 @@ def interpreting() -> bool:
 
 def _load(ks: codegen.KernelSource) -> Callable[..., Any]:
     """Write the kernel's source to the cache dir and import it; one module per distinct source."""
-    digest = hashlib.sha256(ks.source.encode()).hexdigest()[:20]
+    digest = hashlib.sha256(ks.source.encode()).hexdigest()[:16]
     with _lock:
         if digest in _loaded:
             return _loaded[digest]
@@ -126,6 +126,7 @@ class CompiledTritonGraph:
         self.kernel_count = len(sources)
         self.device = device
         self._placeholders = ir.placeholders
+        self._constants = {n: getattr(ir.gm, str(n.target)) for n in ir.graph.nodes if n.op == "get_attr"}
         self._outputs = ir.outputs
         self._steps = steps
         # free each intermediate after its last use
@@ -138,6 +139,7 @@ class CompiledTritonGraph:
 
     def __call__(self, *args: Any) -> list[Any]:
         env: dict[fx.Node, Any] = dict(zip(self._placeholders, args))
+        env.update(self._constants)
         for (run, _), free in zip(self._steps, self._free):
             run(env)
             for n in free:
@@ -154,6 +156,9 @@ def compile_graph(ir: GraphIR, example_inputs: Sequence[Any]) -> CompiledTritonG
     if device.type != "cuda" and not interpret:
         raise RuntimeError(f"triton kernels run on CUDA tensors (got {device.type}); set TRITON_INTERPRET=1 "
                            "before anything imports triton to run them in the CPU interpreter")
+    for node in ir.graph.nodes:  # constants embedded in the graph are read like inputs
+        if node.op == "get_attr" and "val" not in node.meta:
+            node.meta["val"] = getattr(ir.gm, str(node.target))
     plan = fusion.plan(ir.graph)
     debug = settings.DEBUG_DIR.get()
     steps: list[tuple[Callable[[dict[fx.Node, Any]], None], list[fx.Node]]] = []
@@ -163,12 +168,11 @@ def compile_graph(ir: GraphIR, example_inputs: Sequence[Any]) -> CompiledTritonG
         if isinstance(step, fusion.Extern):
             steps.append((_extern(step.node), list(step.node.all_input_nodes)))
             continue
-        name = f"tmx_{stem}_{len(sources)}"
-        ks = codegen.generate(step, name, interpret)
-        sources.append(ks)
+        ks = codegen.generate(step, interpret)
         if debug is not None:
             Path(debug).mkdir(parents=True, exist_ok=True)
-            (Path(debug) / f"{name}.py").write_text(ks.source)
+            (Path(debug) / f"{stem}_{len(sources)}_{ks.name}.py").write_text(ks.source)
+        sources.append(ks)
         launch = _Launch(ks, _load(ks))
         steps.append((lambda env, launch=launch: launch(env, device), list(ks.inputs)))
     compiled = CompiledTritonGraph(ir, steps, sources, device)

@@ -21,7 +21,7 @@ pytest.importorskip("triton")
 
 from torchmux.autotune.partition import build_placement  # noqa: E402
 from torchmux.backends.triton import TritonBackend  # noqa: E402
-from torchmux.backends.triton.fusion import MAX_ROW, Extern, Kernel, plan  # noqa: E402
+from torchmux.backends.triton.fusion import MAX_ROW, Extern, plan  # noqa: E402
 from torchmux.backends.triton.runtime import compile_graph  # noqa: E402
 from torchmux.core.compare import mismatch  # noqa: E402
 from torchmux.core.trace import trace  # noqa: E402
@@ -186,7 +186,7 @@ def test_debug_dir_gets_every_kernel_source(tmp_path, monkeypatch):
     assert len(files) == compiled.kernel_count == 2
     for f in files:
         text = f.read_text()
-        assert "@triton.jit" in text and "tl.store" in text and f.stem.startswith("tmx_debugged_")
+        assert "@triton.jit" in text and "tl.store" in text and f.stem.startswith("debugged_")
 
 
 # ------------------------------------------------------------------------------------------------
