@@ -41,6 +41,7 @@ class Result:
     correct: bool
     why: str = ""  # what differed, when not correct
     rewrites: tuple[str, ...] = ()
+    unnormalized: tuple[str, ...] = ()  # graphs torchmux could not normalize to its IR (they ran as captured)
 
     @property
     def full_graph(self) -> bool:
@@ -144,7 +145,7 @@ def run_model(model: Any, args: tuple[Any, ...], mode: str = "torchmux", backend
     torch._dynamo.reset()
     try:
         if mode == "dynamo":
-            with contextlib.redirect_stdout(io.StringIO()):
+            with _observe():  # this run is only counted; its text is not compared
                 explained = torch._dynamo.explain(model)(*copy.deepcopy(args))
             torch._dynamo.reset()
             seen = observe(torch.compile(model, backend="eager"), args)
@@ -172,4 +173,5 @@ def run(program: Any, mode: str = "torchmux") -> Result:
                                                          for r in rep.break_reasons}), ()
     else:
         graphs, breaks, rewrites = rep.graph_count, rep.graph_break_count, tuple(rep.rewrites)
-    return Result(program.name, mode, graphs, breaks, not why, why, rewrites)
+    errors = tuple(g.error for g in getattr(rep, "graphs", []) if getattr(g, "error", None))
+    return Result(program.name, mode, graphs, breaks, not why, why, rewrites, errors)

@@ -1,0 +1,353 @@
+"""The mend pass: graph breaks removed before Dynamo, behaviour unchanged.
+
+Covers the four programs of the "common torch.compile mistakes" article, what the user sees
+(printed text, log records, warnings, exceptions, their file and line), where a rewrite must not
+apply, how the mended code is installed, and Hugging Face models from tiny configs.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import sys
+import traceback
+import types
+import warnings
+from contextlib import redirect_stdout
+
+import pytest
+import torch
+import torch.nn as nn
+
+import torchmux
+from torchmux.frontends.mend import mend, mended, source_of
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "corpus"))
+
+from programs import (  # noqa: E402
+    AssertCheck, BranchWithPrint, ItemUnused, LoggingInfo, RaiseCheck, RandomBranch, RangeLoop, ShapeBranch,
+    WarnsUnconditionally,
+)
+
+HERE = os.path.abspath(__file__)
+
+
+def explain(model, *args, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torchmux.explain(model, *args, backend="eager", **kw)
+
+
+def compiled(model, **options):
+    torch._dynamo.reset()
+    return torchmux.compile(model, backend="eager", options=options or None)
+
+
+# --- the article's four programs ---------------------------------------------------------------------
+
+ARTICLE = [RandomBranch, ItemUnused, RangeLoop, ShapeBranch]
+
+
+@pytest.mark.parametrize("cls", ARTICLE, ids=[c.__name__ for c in ARTICLE])
+def test_article_program_is_one_graph(cls) -> None:
+    torch.manual_seed(0)
+    model, x = cls(), torch.randn(4, 16)
+    report = explain(model, x)
+    assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
+    fast = compiled(model)
+    for seed in range(4):  # RandomBranch: both outcomes of the draw, drawn the same way
+        torch.manual_seed(seed)
+        expected = model(x)
+        torch.manual_seed(seed)
+        assert torch.allclose(fast(x), expected, atol=1e-6)
+
+
+def test_article_random_branch_reports_rewrite_and_plain_dynamo_breaks() -> None:
+    model, x = RandomBranch(), torch.randn(4, 16)
+    report = explain(model, x)
+    assert any(r.startswith(f"{os.path.dirname(HERE)[:-len('frontends')]}corpus/programs.py:") and "torch.cond" in r
+               for r in report.rewrites), report.rewrites
+    plain = explain(model, x, mend=False)
+    assert (plain.graph_count, plain.graph_break_count) == (2, 1)
+    assert plain.rewrites == []
+
+
+# --- what the user sees stays the same ---------------------------------------------------------------
+
+
+def test_print_text_and_order_with_code_between() -> None:
+    def f(x):
+        print("start", x.shape)
+        y = x * 2
+        print(f"sum={y.sum().item():.3f}", "max", y.max(), sep=";", end="!\n")
+        z = y.relu()
+        print("done %d items" % z.numel())
+        return z
+
+    x = torch.randn(3, 5)
+    eager = io.StringIO()
+    with redirect_stdout(eager):
+        want = f(x)
+    fast = compiled(f)
+    out = io.StringIO()
+    with redirect_stdout(out):
+        got = fast(x)
+    assert out.getvalue() == eager.getvalue()
+    assert torch.equal(got, want)
+    report = explain(f, x)
+    assert (report.graph_count, report.graph_break_count) == (1, 0)
+    assert sum("print(...) deferred" in r for r in report.rewrites) == 3
+
+
+def test_log_record_keeps_users_file_line_and_function(caplog: pytest.LogCaptureFixture) -> None:
+    model, x = LoggingInfo(), torch.randn(2, 16)
+    with caplog.at_level(logging.INFO, logger="torchmux.corpus"):
+        model(x)
+        fast = compiled(model)
+        fast(x)
+    eager_rec, fast_rec = [r for r in caplog.records if r.name == "torchmux.corpus"]
+    for attr in ("pathname", "lineno", "funcName", "levelname"):
+        assert getattr(fast_rec, attr) == getattr(eager_rec, attr), attr
+    assert fast_rec.getMessage() == eager_rec.getMessage()
+    assert explain(model, x).graph_break_count == 0
+
+
+def test_warning_keeps_category_file_and_line() -> None:
+    model, x = WarnsUnconditionally(), torch.randn(2, 16)
+    with warnings.catch_warnings(record=True) as eager:
+        warnings.simplefilter("always")
+        model(x)
+    fast = compiled(model)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        fast(x)
+    mine = [w for w in got if w.category is DeprecationWarning]
+    assert [(w.filename, w.lineno, str(w.message)) for w in mine] == [(w.filename, w.lineno, str(w.message)) for w in eager]
+
+
+def test_branch_not_taken_runs_no_side_effect() -> None:
+    model = BranchWithPrint()
+    fast = compiled(model)
+    for x, text in ((torch.ones(2, 3), "positive sum\n"), (-torch.ones(2, 3), "non-positive sum\n")):
+        out = io.StringIO()
+        with redirect_stdout(out):
+            got = fast(x)
+        assert out.getvalue() == text
+        assert torch.equal(got, model(x))
+
+
+def test_checks_still_raise_the_users_exception() -> None:
+    model = RaiseCheck()
+    fast = compiled(model)
+    assert torch.allclose(fast(torch.ones(2, 16)), model(torch.ones(2, 16)))
+    with pytest.raises(ValueError, match="input out of range"):
+        fast(torch.full((2, 16), 1000.0))
+    assert explain(model, torch.ones(2, 16)).graph_break_count == 0
+
+    amodel = AssertCheck()
+    afast = compiled(amodel)
+    with pytest.raises(AssertionError, match="non-finite activations"):
+        afast(torch.full((2, 16), 1000.0))
+
+
+def test_failed_check_stops_later_prints() -> None:
+    def f(x):
+        if (x < 0).any():
+            raise ValueError(f"negative input, min {x.min().item()}")
+        print("checked", x.sum())
+        return x.sqrt()
+
+    fast = compiled(f)
+    out = io.StringIO()
+    with redirect_stdout(out), pytest.raises(ValueError, match=r"negative input, min -1.0"):
+        fast(-torch.ones(3))
+    assert out.getvalue() == ""
+    assert explain(f, torch.ones(3)).graph_break_count == 0
+
+
+def test_error_points_at_users_line() -> None:
+    def f(x):
+        print("about to fail")
+        return x @ torch.ones(7, 7)  # wrong shape: the error must name this line
+
+    line = f.__code__.co_firstlineno + 2
+    fixed, _ = mend(f)
+    assert fixed is not f
+    with redirect_stdout(io.StringIO()), pytest.raises(RuntimeError) as info:
+        fixed(torch.ones(3, 5))
+    frames = [fr for fr in traceback.extract_tb(info.tb) if fr.filename == HERE]
+    assert frames[-1].lineno == line
+
+
+# --- where the pass must not act ---------------------------------------------------------------------
+
+
+def test_option_off_keeps_the_break() -> None:
+    model, x = RandomBranch(), torch.randn(4, 16)
+    report = explain(model, x, mend=False)
+    assert report.graph_break_count == 1
+    fast = compiled(model, mend=False)
+    assert "forward" not in vars(model)
+    torch.manual_seed(1)
+    want = model(x)
+    torch.manual_seed(1)
+    assert torch.allclose(fast(x), want)
+
+
+def test_class_and_other_instances_untouched() -> None:
+    a, b = RandomBranch(), RandomBranch()
+    original = RandomBranch.forward
+    compiled(a)
+    assert RandomBranch.forward is original
+    assert "forward" in vars(a) and "forward" not in vars(b)
+    c = RandomBranch()
+    explain(c, torch.randn(2, 16))
+    assert "forward" not in vars(c)  # explain gives the instance its own forward back
+
+
+def test_no_source_means_no_change() -> None:
+    namespace: dict = {"torch": torch}
+    exec("def f(x):\n    if x.sum() > 0:\n        return x + 1\n    return x - 1\n", namespace)
+    f = namespace["f"]
+    assert mend(f)[0] is f
+    assert torch.equal(compiled(f)(torch.ones(3)), torch.full((3,), 2.0))
+
+
+def test_impure_branches_are_left_alone() -> None:
+    class Counter(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.hits = 0
+            self.seen: list[int] = []
+
+        def forward(self, x):
+            if x.sum() > 0:
+                self.seen.append(1)  # a side effect: the branch may not run speculatively
+                y = x + 1
+            else:
+                y = x - 1
+            return y
+
+    model = Counter()
+    assert source_of(Counter.forward) == ""
+    fast = compiled(model)
+    fast(-torch.ones(3))
+    assert model.seen == []
+    fast(torch.ones(3))
+    assert model.seen == [1]
+
+
+def test_python_valued_test_runs_original_code() -> None:
+    """A guard decides at run time: an int test keeps the user's if (and its else branch's exception)."""
+
+    def f(x, n):
+        if n > 0:
+            return x * n
+        else:
+            return x @ torch.ones(5, 5)  # pure but fails for x: it must not run when n > 0
+
+    assert source_of(f) != ""  # rewritten, guarded
+    fast = compiled(f)
+    assert torch.equal(fast(torch.ones(2), 3), torch.full((2,), 3.0))
+    with pytest.raises(RuntimeError):
+        fast(torch.ones(2), 0)
+
+
+def test_user_module_submodule_with_helper_method() -> None:
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(8, 8)
+
+        def gate(self, h):
+            if h.mean() > 0:
+                h = torch.tanh(h)
+            return h
+
+        def forward(self, x):
+            return self.gate(self.lin(x)) * 2
+
+    model, x = Net().eval(), torch.randn(3, 8)
+    with torch.no_grad():
+        report = explain(model, x)
+        assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
+        assert any("torch.where" in r for r in report.rewrites)
+        assert torch.allclose(compiled(model)(x), model(x))
+        assert torch.allclose(compiled(model)(-x.abs() * 10), model(-x.abs() * 10))
+
+
+def test_super_and_closures_survive() -> None:
+    scale = 2.0
+
+    class Base(nn.Module):
+        def forward(self, x):
+            return x + 1
+
+    class Child(Base):
+        def forward(self, x):
+            print("child")
+            return super().forward(x) * scale
+
+    model = Child()
+    with redirect_stdout(io.StringIO()) as out:
+        got = compiled(model)(torch.ones(2))
+    assert out.getvalue() == "child\n"
+    assert torch.equal(got, torch.full((2,), 4.0))
+
+
+# --- Hugging Face models from tiny configs -----------------------------------------------------------
+
+transformers = pytest.importorskip("transformers")
+
+
+def _wav2vec2():
+    cfg = transformers.Wav2Vec2Config(
+        vocab_size=32, hidden_size=64, num_hidden_layers=1, num_attention_heads=4, intermediate_size=128,
+        conv_dim=(32, 32), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=4, attn_implementation="eager")
+    torch.manual_seed(0)
+    return transformers.Wav2Vec2Model(cfg).eval(), (torch.randn(1, 800),)
+
+
+def _bart():
+    cfg = transformers.BartConfig(
+        vocab_size=1000, d_model=64, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=64,
+        attn_implementation="eager")
+    torch.manual_seed(0)
+    return transformers.BartModel(cfg).eval(), (torch.randint(3, 1000, (1, 16)),)
+
+
+HF = ["bert", "gpt2", "t5_encoder", "vit", "wav2vec2", "bart"]
+
+
+@pytest.mark.parametrize("name", HF)
+def test_hugging_face_model_has_no_break_and_same_outputs(name: str) -> None:
+    from torchmux.autotune.zoo import build, tensors_of
+
+    model, args = {"wav2vec2": _wav2vec2, "bart": _bart}[name]() if name in ("wav2vec2", "bart") else build(name)
+    with torch.no_grad():
+        report = explain(model, *args)
+        assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
+        want = tensors_of(model(*args))
+        got = tensors_of(compiled(model)(*args))
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert torch.allclose(g, w, atol=1e-5, rtol=1e-4)
+    assert all("forward" not in vars(m) or isinstance(vars(m)["forward"], types.MethodType) for m in model.modules())
+
+
+def test_remaining_break_names_users_file_and_line() -> None:
+    def f(x):
+        print("norm", x.norm())
+        while x.norm() > 1:  # data-dependent trip count: this break stays
+            x = x / 2
+        return x
+
+    line = f.__code__.co_firstlineno + 2
+    with redirect_stdout(io.StringIO()):
+        report = explain(f, torch.full((4,), 3.0))
+    assert report.graph_break_count >= 1
+    assert any(r.filename == HERE and r.lineno == line for r in report.break_reasons), [str(r) for r in report.break_reasons]
+    assert any(r.startswith(f"{HERE}:{line - 1}: print") for r in report.rewrites), report.rewrites
