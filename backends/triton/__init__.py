@@ -139,7 +139,8 @@ class TritonBackend(torchmux.Backend):
     def compile(self, request: torchmux.CompileRequest) -> torchmux.CompiledGraph:
         from .runtime import compile_graph
 
-        return compile_graph(request.ir, request.example_inputs)
+        tune = request.mode in ("max-autotune", "max-autotune-no-cudagraphs") or bool(request.options.get("autotune"))
+        return compile_graph(request.ir, request.example_inputs, autotune=tune)
 
 
 @torchmux.hookimpl

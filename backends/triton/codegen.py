@@ -36,7 +36,7 @@ import torch.fx as fx
 from .fusion import GETITEM, MAX_ROW, POINTWISE, ROW, VIEW, ZERO, Index, Kernel, arg_requests, classify, op_key, \
     row_index, shape_of
 
-__all__ = ["KernelSource", "BlockConfig", "generate", "block_config", "compute_type", "RULES"]
+__all__ = ["KernelSource", "BlockConfig", "generate", "block_config", "block_candidates", "compute_type", "RULES"]
 
 TL = {
     torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.float64: "tl.float64",
@@ -295,6 +295,24 @@ def block_config(kernel: Kernel, interpret: bool) -> BlockConfig:
     return BlockConfig(block_r, block_k, warps, max(1, -(-rows // block_r)))
 
 
+def block_candidates(kernel: Kernel, interpret: bool) -> list[BlockConfig]:
+    """The heuristic's choice first, then neighbours for a small autotune (mode="max-autotune")."""
+    best = block_config(kernel, interpret)
+    dom = kernel.domain
+    rows = math.prod(s for d, s in enumerate(dom.shape) if d not in dom.reduced)
+    out = [best]
+    for factor in (0.5, 2, 4):
+        block_r = int(best.block_r * factor)
+        if block_r < 2 or block_r * best.block_k > (1 << 15) or block_r > max(16, _pow2(rows)):
+            continue
+        elems = block_r * best.block_k
+        warps = 4 if elems <= 4096 else 8 if elems <= 8192 else 16
+        cfg = BlockConfig(block_r, best.block_k, warps, max(1, -(-rows // block_r)))
+        if cfg not in out:
+            out.append(cfg)
+    return out
+
+
 @dataclass
 class KernelSource:
     name: str
@@ -303,6 +321,7 @@ class KernelSource:
     outputs: list[fx.Node]  # tensors stored, in argument order (each followed by its strides)
     config: BlockConfig
     ops: int = 0
+    candidates: list[BlockConfig] = field(default_factory=list)  # for the small autotune
 
 
 @dataclass
@@ -563,5 +582,6 @@ def generate(kernel: Kernel, interpret: bool) -> KernelSource:
         + "".join(sorted(em.helpers))
         + f"@triton.jit\ndef {name}({', '.join(params)}):\n{body}\n"
     )
-    return KernelSource(name, source, inputs, [n for n, _ in kernel.stores], cfg, ops)
+    return KernelSource(name, source, inputs, [n for n, _ in kernel.stores], cfg, ops,
+                        block_candidates(kernel, interpret))
 

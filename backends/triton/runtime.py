@@ -14,6 +14,7 @@ import importlib.util
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -75,12 +76,39 @@ def _layout(val: torch.Tensor) -> tuple[int, ...]:
 
 
 class _Launch:
-    def __init__(self, ks: codegen.KernelSource, fn: Callable[..., Any]) -> None:
+    """One kernel launch: allocate its outputs, pass pointers and strides, grid from the block config.
+
+    With ``tune``, the first launch times every candidate block config (a few runs each; a kernel only
+    writes its own outputs, so running it again is harmless) and keeps the fastest."""
+
+    def __init__(self, ks: codegen.KernelSource, fn: Callable[..., Any], tune: bool) -> None:
         self.ks, self.fn = ks, fn
         self.outs = [(tuple(int(s) for s in n.meta["val"].shape), _layout(n.meta["val"]), n.meta["val"].dtype)
                      for n in ks.outputs]
-        self.grid = (ks.config.programs,)
-        self.empty = any(s == 0 for s in self.grid) or any(0 in shape for shape, _, _ in self.outs)
+        self.config = ks.config
+        self.tune = tune and len(ks.candidates) > 1
+        self.empty = any(0 in shape for shape, _, _ in self.outs)
+
+    def _launch(self, cfg: codegen.BlockConfig, args: list[Any]) -> None:
+        self.fn[(cfg.programs,)](*args, BLOCK_R=cfg.block_r, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps)
+
+    def _autotune(self, args: list[Any], device: torch.device) -> None:
+        def timed(cfg: codegen.BlockConfig) -> float:
+            best = float("inf")
+            for _ in range(3):
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                t0 = time.perf_counter()
+                self._launch(cfg, args)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                best = min(best, time.perf_counter() - t0)
+            return best
+
+        for cfg in self.ks.candidates:  # compile each first, untimed
+            self._launch(cfg, args)
+        self.config = min(self.ks.candidates, key=timed)
+        self.tune = False
 
     def __call__(self, env: dict[fx.Node, Any], device: torch.device) -> None:
         outs = [torch.empty_strided(shape, stride, dtype=dtype, device=device) for shape, stride, dtype in self.outs]
@@ -93,8 +121,9 @@ class _Launch:
             for t in outs:
                 args.append(t)
                 args.extend(t.stride())
-            cfg = self.ks.config
-            self.fn[self.grid](*args, BLOCK_R=cfg.block_r, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps)
+            if self.tune:
+                self._autotune(args, device)
+            self._launch(self.config, args)
         for node, t in zip(self.ks.outputs, outs):
             env[node] = t
 
@@ -120,10 +149,11 @@ def _extern(node: fx.Node) -> Callable[[dict[fx.Node, Any]], None]:
 class CompiledTritonGraph:
     """The compiled callable: ``kernel_count`` kernels and the ATen calls between them."""
 
-    def __init__(self, ir: GraphIR, steps: list[Any], sources: list[codegen.KernelSource], device: torch.device) -> None:
+    def __init__(self, ir: GraphIR, steps: list[Any], launches: list[_Launch], device: torch.device) -> None:
         self.ir = ir
-        self.sources = sources
-        self.kernel_count = len(sources)
+        self.launches = launches
+        self.sources = [launch.ks for launch in launches]
+        self.kernel_count = len(launches)
         self.device = device
         self._placeholders = ir.placeholders
         self._constants = {n: getattr(ir.gm, str(n.target)) for n in ir.graph.nodes if n.op == "get_attr"}
@@ -147,8 +177,9 @@ class CompiledTritonGraph:
         return [env[o] if isinstance(o, fx.Node) else o for o in self._outputs]
 
 
-def compile_graph(ir: GraphIR, example_inputs: Sequence[Any]) -> CompiledTritonGraph:
-    """Plan, generate, load. Raises (NotImplementedError, triton errors) when it cannot."""
+def compile_graph(ir: GraphIR, example_inputs: Sequence[Any], *, autotune: bool = False) -> CompiledTritonGraph:
+    """Plan, generate, load, run once. ``autotune``: time a few block configs per kernel on that run.
+    Raises (NotImplementedError, triton's errors) when it cannot."""
     if not ir.is_static:
         raise NotImplementedError("the triton backend compiles static shapes only; compile with dynamic=False")
     device = next((t.device for t in example_inputs if isinstance(t, torch.Tensor)), torch.device("cpu"))
@@ -163,6 +194,7 @@ def compile_graph(ir: GraphIR, example_inputs: Sequence[Any]) -> CompiledTritonG
     debug = settings.DEBUG_DIR.get()
     steps: list[tuple[Callable[[dict[fx.Node, Any]], None], list[fx.Node]]] = []
     sources: list[codegen.KernelSource] = []
+    launches: list[_Launch] = []
     stem = "".join(ch if ch.isalnum() else "_" for ch in ir.name)
     for step in plan:
         if isinstance(step, fusion.Extern):
@@ -173,8 +205,9 @@ def compile_graph(ir: GraphIR, example_inputs: Sequence[Any]) -> CompiledTritonG
             Path(debug).mkdir(parents=True, exist_ok=True)
             (Path(debug) / f"{stem}_{len(sources)}_{ks.name}.py").write_text(ks.source)
         sources.append(ks)
-        launch = _Launch(ks, _load(ks))
+        launch = _Launch(ks, _load(ks), autotune)
+        launches.append(launch)
         steps.append((lambda env, launch=launch: launch(env, device), list(ks.inputs)))
-    compiled = CompiledTritonGraph(ir, steps, sources, device)
+    compiled = CompiledTritonGraph(ir, steps, launches, device)
     compiled(*example_inputs)  # Triton compiles at first launch: let its errors come from compile()
     return compiled

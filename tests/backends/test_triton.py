@@ -23,6 +23,7 @@ from torchmux.autotune.partition import build_placement  # noqa: E402
 from torchmux.backends.triton import TritonBackend  # noqa: E402
 from torchmux.backends.triton.fusion import MAX_ROW, Extern, plan  # noqa: E402
 from torchmux.backends.triton.runtime import compile_graph  # noqa: E402
+from torchmux.core.backend import CompileRequest  # noqa: E402
 from torchmux.core.compare import mismatch  # noqa: E402
 from torchmux.core.trace import trace  # noqa: E402
 
@@ -169,6 +170,15 @@ def test_integer_and_bool_values_flow_through():
     x, y = rand(5, 9), rand(5, 9)
     run(lambda x, y: torch.where(x > y, (x * 4).to(torch.int32), torch.arange(9, dtype=torch.int32)), x, y)
     run(lambda x, y: torch.logical_and(x > 0, torch.logical_not(y >= 0.1)), x, y)
+
+
+def test_small_autotune_picks_one_of_the_candidate_block_sizes():
+    x, w = rand(300, 40), rand(40)
+    ir = trace(rms_norm, [x, w], name="tuned")
+    compiled = TritonBackend().compile(CompileRequest(ir, [x, w], mode="max-autotune"))
+    [launch] = compiled.launches
+    assert len(launch.ks.candidates) > 1 and launch.config in launch.ks.candidates and not launch.tune
+    assert mismatch(compiled(x, w), ir.run_reference(x, w)) is None
 
 
 def test_kernel_count_reaches_the_placement():
