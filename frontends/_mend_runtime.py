@@ -42,6 +42,13 @@ class Effect:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Lazy:
+    """A global expression (``sys.stderr``) evaluated when the effect is replayed."""
+
+    get: Callable[[dict[str, Any]], Any]
+
+
 EFFECTS: list[Effect] = []
 NOTES: list[str] = []  # every rewrite applied, "file:line: what"
 FIRED: set[int] = set()  # the NOTES keys Dynamo traced through (what explain reports)
@@ -71,7 +78,7 @@ def _deferred(key: int, *values: Any) -> None:
         if taken != (effect.guarded > 0):
             return
     args = [_rebuild(p, values) for p in effect.parts]
-    kwargs = dict(effect.kwargs)
+    kwargs = {k: v.get(effect.globals) if isinstance(v, Lazy) else v for k, v in effect.kwargs}
     if effect.kind == "item":  # a .item() whose value nobody used: still raise what it would raise
         for v in args:
             v.item()

@@ -44,6 +44,7 @@ from .rewrites import RT, Context, rewrite
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep  # torchmux.frontends: the runtime helpers
 _PRIVATE = re.compile(r"^__\w*[^_]_?$")  # a name Python would mangle inside a class body
+_INTROSPECTION = {"locals", "vars", "exec", "eval", "_getframe", "currentframe", "stack"}
 _MAX_DEPTH = 4  # how deep global helper calls are followed
 
 
@@ -194,9 +195,11 @@ def _parse(fn: types.FunctionType) -> ast.FunctionDef | None:
     fdef = tree.body[0]
     if fdef.name != code.co_name or first != code.co_firstlineno:
         return None
-    for n in ast.walk(fdef):  # private names were mangled by the class body; recompiling would not mangle them
+    for n in ast.walk(fdef):
         name = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else None
-        if name and _PRIVATE.match(name):
+        if name and _PRIVATE.match(name):  # mangled by the class body; recompiling would not mangle it
+            return None
+        if name in _INTROSPECTION:  # sees the frame's locals, which the rewrite changes
             return None
     ast.increment_lineno(tree, first - 1)
     fdef.decorator_list = []  # they returned ``fn`` itself (no __wrapped__, same code object)

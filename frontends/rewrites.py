@@ -145,7 +145,8 @@ def log_kind(call: ast.Call, ctx: Context) -> tuple[str, Any] | None:
         return None
     f = call.func
     if isinstance(f, ast.Name) and f.id == "print" and ctx.resolve(f) is print:
-        if all(k.arg in ("sep", "end", "flush") and isinstance(k.value, ast.Constant) for k in call.keywords):
+        if all((k.arg in ("sep", "end", "flush") and isinstance(k.value, ast.Constant))
+               or (k.arg == "file" and ctx.is_global_expr(k.value)) for k in call.keywords):
             return "print", None
         return None
     target = ctx.resolve(f)
@@ -247,7 +248,8 @@ def defer(stmt: ast.Expr, ctx: Context, converted: dict[str, str], guard: tuple[
         parts = (a.part(call.args[0]),) + ((("const", ctx.resolve(detail)),) if detail is not None else ())
     else:
         parts = tuple(a.part(x) for x in call.args)
-        kwargs = tuple((k.arg, k.value.value) for k in call.keywords)  # type: ignore[attr-defined]
+        kwargs = tuple((k.arg, k.value.value if isinstance(k.value, ast.Constant) else rt.Lazy(_lazy(k.value, ctx)))
+                       for k in call.keywords)
     values = a.values
     if guard is not None:
         values = [_name(guard[0])] + values
