@@ -6,6 +6,7 @@ own (the mending pass is off), so graph and break counts must equal torch._dynam
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import pytest
@@ -13,6 +14,24 @@ import torch
 import torch.nn as nn
 
 import torchmux
+
+
+@contextlib.contextmanager
+def captured_graphs():
+    """Collect every GraphIR the frontend captures inside the block (through the observation hook)."""
+    graphs = []
+
+    class Observer:
+        @torchmux.hookimpl
+        def torchmux_graph_captured(self, ir):
+            graphs.append(ir)
+
+    registry = torchmux.core.registry.get_registry()
+    registry.pm.register(Observer(), name="test-observer")
+    try:
+        yield graphs
+    finally:
+        registry.pm.unregister(name="test-observer")
 
 
 class BadIf(nn.Module):
@@ -128,34 +147,14 @@ def test_new_shapes_recompile_and_stay_correct():
 
 
 def test_graph_inputs_know_params_from_user_inputs():
-    kinds = []
-
-    class Observer:
-        @torchmux.hookimpl
-        def torchmux_graph_captured(self, ir):
-            kinds.append(ir.input_kinds)
-
-    registry = torchmux.core.registry.get_registry()
-    registry.pm.register(Observer(), name="kinds-observer")
-    try:
-        with torch.no_grad():
-            torchmux.compile(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)).eval(), backend="eager")(torch.randn(3, 4))
-    finally:
-        registry.pm.unregister(name="kinds-observer")
+    with captured_graphs() as graphs, torch.no_grad():
+        torchmux.compile(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)).eval(), backend="eager")(torch.randn(3, 4))
+    kinds = [ir.input_kinds for ir in graphs]
     assert kinds and kinds[0].count("param") == 4 and "input" in kinds[0] and kinds[0].count("buffer") >= 2
 
 
 def test_training_step_flows_forward_and_backward_graphs():
-    phases = []
-
-    class Observer:
-        @torchmux.hookimpl
-        def torchmux_graph_captured(self, ir):
-            phases.append(ir.phase)
-
-    registry = torchmux.core.registry.get_registry()
-    registry.pm.register(Observer(), name="phase-observer")
-    try:
+    with captured_graphs() as graphs:
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 1))
         x = torch.randn(4, 8)
@@ -163,77 +162,38 @@ def test_training_step_flows_forward_and_backward_graphs():
         expected = [p.grad.clone() for p in model.parameters()]
         model.zero_grad()
         torchmux.compile(model, backend="eager")(x).sum().backward()
-    finally:
-        registry.pm.unregister(name="phase-observer")
-    assert phases == ["forward", "backward"]
+    assert [ir.phase for ir in graphs] == ["forward", "backward"]
     for p, g in zip(model.parameters(), expected):
         torch.testing.assert_close(p.grad, g)
 
 
 def test_dynamic_true_captures_symbolic_shapes_once():
     torch._dynamo.reset()
-    static = []
-
-    class Observer:
-        @torchmux.hookimpl
-        def torchmux_graph_captured(self, ir):
-            static.append(ir.is_static)
-
-    registry = torchmux.core.registry.get_registry()
-    registry.pm.register(Observer(), name="dyn-observer")
-    try:
+    with captured_graphs() as graphs, torch.no_grad():
         model = nn.Sequential(nn.Linear(16, 8), nn.ReLU())
         compiled = torchmux.compile(model, backend="eager", dynamic=True)
-        with torch.no_grad():
-            for batch in (2, 3, 7):
-                x = torch.randn(batch, 16)
-                torch.testing.assert_close(compiled(x), model(x))
-    finally:
-        registry.pm.unregister(name="dyn-observer")
-    assert static == [False]  # one symbolic graph served every batch size
+        for batch in (2, 3, 7):
+            x = torch.randn(batch, 16)
+            torch.testing.assert_close(compiled(x), model(x))
+    assert [ir.is_static for ir in graphs] == [False]  # one symbolic graph served every batch size
 
 
 def test_recompiles_are_bounded_by_dynamos_limit():
     torch._dynamo.reset()
     model = nn.Sequential(nn.Linear(16, 8), nn.ReLU())
-    graphs = []
-
-    class Observer:
-        @torchmux.hookimpl
-        def torchmux_graph_captured(self, ir):
-            graphs.append(ir.name)
-
-    registry = torchmux.core.registry.get_registry()
-    registry.pm.register(Observer(), name="limit-observer")
-    try:
-        with torch._dynamo.config.patch(recompile_limit=2):
-            compiled = torchmux.compile(model, backend="eager")
-            with torch.no_grad():
-                for batch in range(2, 7):
-                    x = torch.randn(batch, 16)
-                    torch.testing.assert_close(compiled(x), model(x))  # past the limit: eager, still right
-    finally:
-        registry.pm.unregister(name="limit-observer")
+    with captured_graphs() as graphs, torch._dynamo.config.patch(recompile_limit=2), torch.no_grad():
+        compiled = torchmux.compile(model, backend="eager")
+        for batch in range(2, 7):
+            x = torch.randn(batch, 16)
+            torch.testing.assert_close(compiled(x), model(x))  # past the limit: eager, still right
     assert len(graphs) == 2
 
 
 def test_models_of_one_class_share_compiled_code_instead_of_exhausting_the_limit():
     torch._dynamo.reset()
-    captured = []
-
-    class Observer:
-        @torchmux.hookimpl
-        def torchmux_graph_captured(self, ir):
-            captured.append(ir.name)
-
-    registry = torchmux.core.registry.get_registry()
-    registry.pm.register(Observer(), name="share-observer")
-    try:
-        with torch.no_grad():
-            for _ in range(12):  # more models than Dynamo's recompile limit (8)
-                model = nn.Sequential(nn.Linear(16, 8), nn.ReLU())
-                x = torch.randn(4, 16)
-                torch.testing.assert_close(torchmux.compile(model, backend="eager")(x), model(x))
-    finally:
-        registry.pm.unregister(name="share-observer")
-    assert len(captured) == 1  # weights are graph inputs: one graph serves every instance
+    with captured_graphs() as graphs, torch.no_grad():
+        for _ in range(12):  # more models than Dynamo's recompile limit (8)
+            model = nn.Sequential(nn.Linear(16, 8), nn.ReLU())
+            x = torch.randn(4, 16)
+            torch.testing.assert_close(torchmux.compile(model, backend="eager")(x), model(x))
+    assert len(graphs) == 1  # weights are graph inputs: one graph serves every instance
