@@ -177,9 +177,10 @@ def _log(effect: Effect, logger: logging.Logger, msg: Any, *args: Any) -> None:
 
 # --- the if/else rewrite's guards --------------------------------------------------------------------
 
-#: modules whose forward has no side effect and draws no random numbers in any mode
+#: modules whose forward has no side effect, draws no random numbers and cannot raise on some data
+#: (not nn.Embedding: an index out of range raises)
 _PURE_MODULES = (
-    nn.Linear, nn.Bilinear, nn.Identity, nn.Flatten, nn.Unflatten, nn.Embedding,
+    nn.Linear, nn.Bilinear, nn.Identity, nn.Flatten, nn.Unflatten,
     nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d,
     nn.LayerNorm, nn.GroupNorm, nn.RMSNorm, nn.LocalResponseNorm,
     nn.ReLU, nn.ReLU6, nn.GELU, nn.SiLU, nn.Mish, nn.Sigmoid, nn.Tanh, nn.Softmax, nn.LogSoftmax, nn.ELU,

@@ -47,6 +47,13 @@ RANDOM = {
     "multinomial", "normal", "poisson", "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
     "feature_alpha_dropout", "rrelu", "gumbel_softmax", "native_dropout",
 }
+#: functions that raise on some data (indices out of range, singular matrices, bad targets)
+MAY_FAIL = {
+    "gather", "index_select", "take", "take_along_dim", "embedding", "embedding_bag", "one_hot", "bincount",
+    "scatter", "scatter_add", "scatter_reduce", "index_add", "index_copy", "index_fill", "index_put",
+    "cholesky", "cholesky_inverse", "inverse", "inv", "solve", "lu", "lu_factor", "lu_solve", "triangular_solve",
+    "nll_loss", "cross_entropy", "multi_margin_loss", "ctc_loss", "item", "repeat_interleave", "unflatten",
+}
 #: method names that mutate a Python container (a receiver we cannot type could be one)
 CONTAINER_MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault",
                       "add", "discard", "sort", "reverse", "popitem", "put"}
@@ -287,7 +294,8 @@ def _lazy(expr: ast.expr, ctx: Context) -> Any:
 @dataclass
 class Purity:
     ok: bool = True
-    random: bool = False
+    random: bool = False  # draws random numbers: must not run when its branch is not taken
+    may_fail: bool = False  # can raise on some data (indexing, gather, linalg): same
     modules: list[ast.expr] = field(default_factory=list)  # self.x callables to check at run time
 
     def fail(self) -> Purity:
@@ -307,6 +315,8 @@ def purity(node: ast.AST, ctx: Context, p: Purity | None = None) -> Purity:
         return p.fail()
     if isinstance(node, ast.Attribute):
         return purity(node.value, ctx, p) if isinstance(node.ctx, ast.Load) else p.fail()
+    if isinstance(node, ast.Subscript) and not _static_index(node.slice):
+        p.may_fail = True  # x[i] / x[idx]: out of range raises
     if isinstance(node, ast.Call):
         for x in list(node.args) + [k.value for k in node.keywords]:
             purity(x, ctx, p)
@@ -328,8 +338,8 @@ def _call_purity(node: ast.Call, ctx: Context, p: Purity) -> Purity:
         mod = getattr(target, "__module__", "") or ""
         if not (mod.startswith("torch") or isinstance(target, torch._ops.OpOverloadPacket)) or name.endswith("_"):
             return p.fail()
-        if name in RANDOM:
-            p.random = True
+        p.random |= name in RANDOM
+        p.may_fail |= name in MAY_FAIL
         return p
     if not isinstance(f, ast.Attribute):
         return p.fail()
@@ -341,9 +351,16 @@ def _call_purity(node: ast.Call, ctx: Context, p: Purity) -> Purity:
     if name not in _TENSOR_ATTRS or name.startswith("_") or name.endswith("_") or name in CONTAINER_MUTATORS \
             or name in IMPURE_METHODS:
         return p.fail()
-    if name in RANDOM:
-        p.random = True
+    p.random |= name in RANDOM
+    p.may_fail |= name in MAY_FAIL
     return p
+
+
+def _static_index(index: ast.expr) -> bool:
+    """True for an index that cannot raise on any data: constants, ``None``, ``...`` and slices."""
+    items = index.elts if isinstance(index, ast.Tuple) else [index]
+    return all(isinstance(i, ast.Slice) or (isinstance(i, ast.Constant) and i.value in (None, Ellipsis))
+               for i in items)
 
 
 def _rooted_at_self(f: ast.expr, ctx: Context) -> bool:
@@ -555,8 +572,8 @@ class _Block:
         for x in args:
             arg_purity(x, self.ctx, pure)
         _pure_stmts(rest, self.ctx, pure)
-        if not pure.ok or pure.random:
-            return None
+        if not pure.ok or pure.random or pure.may_fail:
+            return None  # the rest would run before the check raises: it must not draw numbers or raise
         c = self.ctx.fresh("c")
         a = _Args(self.ctx, self.converted)
         parts = (("value", 0, ()),) + tuple(_shift(a.part(x)) for x in args)
@@ -599,7 +616,8 @@ class _Block:
                         arg_purity(x, self.ctx, pure)
                 else:
                     return None
-        if not pure.ok or (logs and pure.random):
+        speculate = not (pure.random or pure.may_fail)  # may both branches run? else only torch.cond
+        if not pure.ok or (logs and not speculate):
             return None
         if returns:
             outputs = ["_mend_ret"]
@@ -638,7 +656,7 @@ class _Block:
             use_cond = [_fired(self.ctx.note(s, f"{early_txt}if on a tensor -> torch.cond"), s),
                         assign(_call("cond", _name(p), _name(f"_mend_tfn{k}"), _name(f"_mend_ffn{k}")))]
         select = [assign(ast.IfExp(_name(p), copy.deepcopy(tt), copy.deepcopy(ff)))]
-        if pure.random:
+        if not speculate:
             fast = fns + use_cond
         else:
             fallback = ast.If(_call("cond_ok", _name(p), copy.deepcopy(tt), copy.deepcopy(ff)), fns + use_cond, select) \

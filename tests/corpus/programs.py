@@ -147,6 +147,21 @@ class DropoutBranch(nn.Module):
         return y
 
 
+class GuardedIndex(nn.Module):
+    """The untaken branch would raise (index out of range): it must not run (torch.cond, not torch.where)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(8, 16), requires_grad=False)
+
+    def forward(self, x, idx):
+        if (idx < 8).all():
+            y = self.table[idx] + x
+        else:
+            y = x * 0
+        return y
+
+
 def helper_gate(x):
     if x.max() > 1:
         return x / x.max()
@@ -413,6 +428,7 @@ PROGRAMS: list[Program] = [
     Program("tuple_branch", "tensor if/else assigning a tuple", lambda: (TupleBranch(), (x16(),))),
     Program("branch_with_print", "tensor if/else with prints", lambda: (BranchWithPrint(), (x16(),))),
     Program("dropout_branch", "tensor if/else drawing random numbers", lambda: (DropoutBranch(), (x16().abs(),))),
+    Program("guarded_index", "tensor if guarding an index", lambda: (GuardedIndex(), (x16(), torch.tensor([1, 9, 2, 3])))),
     Program("calls_helper", "global helper with an early exit", lambda: (CallsHelper(), (x16(),))),
     Program("submodule_branch", "user submodule with a tensor if", lambda: (SubmoduleBranch(), (x16(),))),
     Program("nested_tensor_if", "nested tensor ifs", lambda: (NestedTensorIf(), (x16(),)), graphs=2, breaks=1,

@@ -166,6 +166,19 @@ def test_failed_check_stops_later_prints() -> None:
     assert explain(f, torch.ones(3)).graph_break_count == 0
 
 
+def test_check_guarding_an_index_is_kept_in_python() -> None:
+    """The code after this check raises on bad data: deferring the check would change the error."""
+
+    def f(x, idx):
+        if (idx >= 4).any():  # x has 4 columns
+            raise IndexError("index past the end")
+        return x[:, idx]
+
+    assert "checked after the graph" not in source_of(f)
+    with pytest.raises(IndexError, match="index past the end"):
+        compiled(f)(torch.ones(2, 4), torch.tensor([1, 7]))
+
+
 def test_error_points_at_users_line() -> None:
     def f(x):
         print("about to fail")
