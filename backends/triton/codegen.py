@@ -33,8 +33,8 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from .fusion import GETITEM, MAX_ROW, POINTWISE, ROW, VIEW, ZERO, Index, Kernel, arg_requests, classify, op_key, \
-    row_index, shape_of
+from .fusion import GETITEM, MAX_ROW, POINTWISE, ROW, VIEW, ZERO, Index, Kernel, arg_requests, cat_spans, classify, \
+    op_key, pad_spans, row_index, shape_of
 
 __all__ = ["KernelSource", "BlockConfig", "generate", "block_config", "block_candidates", "compute_type", "RULES"]
 
@@ -425,6 +425,8 @@ class _Emitter:
             if i == ZERO:
                 return self.new(f"tl.full({self.shape(frozenset())}, {lit(start)}, {out_t})"), out_t
             return self.new(f"({i.code}).to({out_t}) * {lit(step)} + {lit(start)}"), out_t
+        if key in ("constant_pad_nd.default", "cat.default"):
+            return self.pad_or_cat(node, index), out_t
         types = operand_types(node)
         reqs = iter(arg_requests(node, index, self.dom) or [])
         args: list[str] = []
@@ -440,6 +442,30 @@ class _Emitter:
             code = cast(code, types[0], out_t)
         var = code if code.isidentifier() else self.new(code)
         return self.rounded(var, dtype), out_t
+
+    def pad_or_cat(self, node: fx.Node, index: Index) -> str:
+        """Loads at clamped (always valid) indices, then a ``tl.where`` on the position picks the answer."""
+        out_t = compute_type(shape_dtype(node))
+        vals = [cast(*self.value(a, o, i), out_t) for a, o, i in arg_requests(node, index, self.dom) or []]
+        if op_key(node) == "constant_pad_nd.default":
+            fill = lit(node.args[2] if len(node.args) > 2 else node.kwargs.get("value", 0))
+            conds = []
+            for d, lo, size in pad_spans(node):
+                i = index[d]
+                if i == ZERO:
+                    if not lo <= 0 < lo + size:
+                        return self.new(f"tl.full({self.shape(frozenset())}, {fill}, {out_t})")
+                    continue
+                conds.append(f"(({i.code}) >= {lo}) & (({i.code}) < {lo + size})")
+            return self.new(f"tl.where({' & '.join(conds)}, {vals[0]}, {fill})") if conds else vals[0]
+        dim, spans = cat_spans(node)
+        i = index[dim]
+        if i == ZERO:  # the output has one position along dim: the first non-empty input holds it
+            return vals[next(j for j, (_, _, size) in enumerate(spans) if size > 0)]
+        res = vals[-1]
+        for j in range(len(spans) - 2, -1, -1):
+            res = self.new(f"tl.where(({i.code}) < {spans[j + 1][1]}, {vals[j]}, {res})")
+        return res
 
     def rounded(self, var: str, dtype: torch.dtype) -> str:
         """Round a float32 value to a narrower graph dtype, as eager stores each op's result."""

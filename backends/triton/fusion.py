@@ -57,7 +57,7 @@ FUSIBLE_POINTWISE = frozenset({
     "ge.Tensor", "ge.Scalar", "le.Tensor", "le.Scalar", "logical_and.default", "logical_or.default",
     "logical_not.default", "where.self", "_to_copy.default", "clone.default", "alias.default",
     "full.default", "arange.start_step", "arange.start", "arange.default", "scalar_tensor.default",
-    "_native_batch_norm_legit_no_training.default",
+    "_native_batch_norm_legit_no_training.default", "constant_pad_nd.default", "cat.default",
 })
 BATCH_NORM = "_native_batch_norm_legit_no_training.default"
 #: reductions and the normalizations built on them: evaluated once per row, kept in registers
@@ -136,6 +136,33 @@ def _non_unit_map(index: Index, out_shape: Sequence[int], in_shape: Sequence[int
 
 def _dim(d: int, rank: int) -> int:
     return d + rank if d < 0 else d
+
+
+def clamped(i: Idx, offset: int, size: int) -> Idx:
+    """``i - offset`` clamped into ``[0, size)``: an index that is always safe to load, to be masked
+    by a ``tl.where`` (padding, concatenation)."""
+    if i == ZERO:
+        return Idx(str(min(max(-offset, 0), size - 1)))
+    return Idx(f"tl.minimum(tl.maximum({i.code} - {offset}, 0), {size - 1})", i.dims)
+
+
+def pad_spans(node: fx.Node) -> list[tuple[int, int, int]]:
+    """(dim, first input position in the output, input size) per dim ``constant_pad_nd`` pads."""
+    shape, pad = shape_of(node.args[0]), list(node.args[1])
+    rank = len(shape)
+    return [(rank - 1 - j, pad[2 * j], shape[rank - 1 - j]) for j in range(len(pad) // 2)]
+
+
+def cat_spans(node: fx.Node) -> tuple[int, list[tuple[fx.Node, int, int]]]:
+    """(dim, [(input, offset in the output, size)]) of ``cat``."""
+    rank = len(shape_of(node))
+    dim = _dim(node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0), rank)
+    spans, offset = [], 0
+    for t in node.args[0]:
+        size = shape_of(t)[dim]
+        spans.append((t, offset, size))
+        offset += size
+    return dim, spans
 
 
 def view_input_index(node: fx.Node, index: Index) -> Index | None:
@@ -270,6 +297,8 @@ def classify(node: fx.Node) -> str:
         return EXTERN
     if key == BATCH_NORM and any(op_key(u) != "getitem" or u.args[1] != 0 for u in node.users):
         return EXTERN  # its saved statistics are wanted: ATen computes them
+    if key == "cat.default" and any(0 in shape_of(t) or len(shape_of(t)) != len(shape_of(node)) for t in node.args[0]):
+        return EXTERN  # legacy empty inputs
     if key in FUSIBLE_POINTWISE:
         return POINTWISE
     return EXTERN
@@ -280,6 +309,15 @@ def arg_requests(node: fx.Node, index: Index, domain: Domain) -> list[tuple[fx.N
 
     None when some input cannot be read at a cheap index (a real reshape)."""
     kind = classify(node)
+    if kind == POINTWISE and op_key(node) == "constant_pad_nd.default":
+        res = list(index)
+        for d, lo, size in pad_spans(node):
+            res[d] = clamped(index[d], lo, size)
+        return [(node.args[0], None, normalize(res, shape_of(node.args[0])))]
+    if kind == POINTWISE and op_key(node) == "cat.default":
+        dim, spans = cat_spans(node)
+        return [(t, None, normalize(index[:dim] + (clamped(index[dim], off, size),) + index[dim + 1:], shape_of(t)))
+                for t, off, size in spans]
     if kind == POINTWISE and op_key(node) == BATCH_NORM:  # per-channel statistics along dim 1
         channel = (index[1],) if len(index) > 1 else (ZERO,)
         return [(a, None, index if i == 0 else normalize(channel, shape_of(a)))
@@ -392,13 +430,24 @@ def _grow(kernel: Kernel, node: fx.Node) -> Domain | None:
 
 
 def _fits(kernel: Kernel, node: fx.Node) -> Domain | None:
-    dom = _grow(kernel, node)
-    if dom is None:
-        return None
-    checker = _Checker(kernel.nodes + [node], dom)
-    # (a multi-output node is stored, and checked, through its getitem nodes)
-    if all(checker.home(n) is not None for n in kernel.nodes + [node] if not is_multi(n)):
-        return dom
+    """The kernel's new domain if ``node`` can join it, else None.
+
+    Every node that may have to be stored (a user outside the kernel) needs a home index in the
+    domain; a node only its kernel-mates read is evaluated where they read it. A pointwise kernel may
+    also move to the new node's own shape (padding, concatenation) when its values allow it."""
+    nodes = kernel.nodes + [node]
+    inside = set(nodes)
+    candidates = [_grow(kernel, node)]
+    if not kernel.domain.reduced and classify(node) == POINTWISE:
+        candidates.append(Domain(shape_of(node)))
+    for dom in candidates:
+        if dom is None:
+            continue
+        checker = _Checker(nodes, dom)
+        # (a multi-output node is stored, and checked, through its getitem nodes)
+        stored = [n for n in nodes if not is_multi(n) and (n is node or any(u not in inside for u in n.users))]
+        if all(checker.home(n) is not None for n in stored):
+            return dom
     return None
 
 

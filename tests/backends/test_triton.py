@@ -21,7 +21,7 @@ pytest.importorskip("triton")
 
 from torchmux.autotune.partition import build_placement  # noqa: E402
 from torchmux.backends.triton import TritonBackend  # noqa: E402
-from torchmux.backends.triton.fusion import MAX_ROW, Extern, plan  # noqa: E402
+from torchmux.backends.triton.fusion import MAX_ROW, Extern, op_key, plan  # noqa: E402
 from torchmux.backends.triton.runtime import compile_graph  # noqa: E402
 from torchmux.core.backend import CompileRequest  # noqa: E402
 from torchmux.core.compare import mismatch  # noqa: E402
@@ -146,6 +146,18 @@ def test_transposed_and_sliced_inputs_are_read_through_strides():
     run(lambda x: (x.permute(1, 0) + 1).unsqueeze(0).expand(2, 40, 56) * 3, rand(56, 40))
 
 
+def test_padding_and_concatenation_are_masked_loads_in_one_kernel():
+    x, y, z = rand(6, 9), rand(6, 4), rand(2, 9)
+    for fn, args in [
+        (lambda x: F.pad(x * 2, (1, 2, 3, 0), value=0.5).exp(), (x,)),
+        (lambda x: F.pad(x, (-1, 2)) + 1, (x,)),  # negative padding crops
+        (lambda x, y: torch.cat([x * 2, y, x[:, :1]], 1).sigmoid(), (x, y)),
+        (lambda x, z: torch.softmax(torch.cat([x, z + 1], 0), -1), (x, z)),
+    ]:
+        compiled, _ = run(fn, *args)
+        assert compiled.kernel_count == 1
+
+
 def test_non_fusible_view_splits_the_kernel_and_stays_correct():
     x = rand(4, 6, 8)
     compiled, ir = run(lambda x: torch.softmax((x + 1).reshape(4, 48), -1), x)
@@ -224,9 +236,11 @@ def test_without_interpreter_or_gpu_the_reason_says_what_to_do():
 def test_claims_only_what_the_generator_handles():
     b = TritonBackend()
     assert "aten._softmax.default" in b.ops and "aten.mm.default" in b.ops
-    assert "aten.cat.default" not in b.ops  # no lowering: runs eagerly via the partitioner
-    ir = trace(lambda x: F.pad(torch.cat([x, x]), (1, 1)), [rand(3, 4)], name="unclaimed")
-    assert not any(b.supports(n) for n in ir.op_nodes)
+    assert "aten.embedding.default" not in b.ops  # no lowering: runs eagerly via the partitioner
+    ir = trace(lambda x, i: F.max_pool2d(F.embedding(i, x).unsqueeze(0), 2), [rand(10, 4), torch.arange(6).to(DEVICE)], name="unclaimed")
+    supported = {op_key(n).split(".")[0]: b.supports(n) for n in ir.op_nodes}
+    assert supported["embedding"] is False and supported["max_pool2d_with_indices"] is False
+    assert supported["unsqueeze"] is True
 
 
 # ------------------------------------------------------------------------------------------------
