@@ -45,7 +45,8 @@ OPTIONS = {
     "allow_spinning": "let idle session threads spin for the next run (default False: they would take the "
                       "cores from the torch ops that run between ONNX Runtime regions)",
 }
-EXPORT_FORMAT = 1  # bump whenever export_onnx changes what it writes: old cache entries then miss
+EXPORT_FORMAT = 3  # bump whenever export_onnx changes what it writes: old cache entries then miss
+OPSET = 20
 IR_VERSION = 10  # torch's exporter writes 10; ONNX Runtime 1.31 reads up to 13 (onnx 1.23 alone would write 14)
 
 # torch dtype -> (NumPy element type for IOBinding, ONNX Runtime's type string)
@@ -122,9 +123,9 @@ def _cache_dir(ir: GraphIR, providers: list[tuple[str, dict[str, Any]]]) -> Path
 
 
 def _opset() -> int:
-    from torch.onnx._internal.exporter import _constants
-
-    return int(_constants.TORCHLIB_OPSET)
+    """The ONNX opset the models use: 20, the first with a Gelu op (opset 18, torchlib's default, spells
+    GELU as five elementwise ops that ONNX Runtime's CPU kernels run one by one)."""
+    return OPSET
 
 
 # --------------------------------------------------------------------------------------------- 3
@@ -139,7 +140,7 @@ def _onnx_registry() -> Any:
             level = quiet.level
             quiet.setLevel(logging.ERROR)  # it warns about every torchvision op when torchvision is absent
             try:
-                _registry = _registration.ONNXRegistry.from_torchlib()
+                _registry = _registration.ONNXRegistry.from_torchlib(opset_version=_opset())
             finally:
                 quiet.setLevel(level)
         return _registry
@@ -173,10 +174,43 @@ def export_onnx(ir: GraphIR, example_inputs: Sequence[Any]) -> bytes:
             f"outputs; the graph has {len(ir.placeholders)} and {len(ir.outputs)}"
         )
     _outputs_not_inputs(model)
-    if not any(op.domain in ("", "ai.onnx") for op in model.opset_import):  # a graph with no op has none
-        model.opset_import.add(domain="", version=_opset())
+    _transposes_into_gemm(model)
+    # the translation writes its default opset into the model whatever the registry's opset was
+    for op in list(model.opset_import):
+        if op.domain in ("", "ai.onnx"):
+            model.opset_import.remove(op)
+    model.opset_import.add(domain="", version=_opset())
     model.ir_version = min(model.ir_version, IR_VERSION)
     return model.SerializeToString()
+
+
+def _transposes_into_gemm(model: Any) -> None:
+    """``F.linear`` arrives as ``addmm(b, x, permute(w, [1, 0]))``: Transpose then Gemm. A weight is a graph
+    input (not a constant), so ONNX Runtime would transpose it on every call; Gemm's ``transB`` reads it
+    transposed for free. Fold every 2-D Transpose that feeds a Gemm operand into that flag."""
+    import onnx
+
+    graph = model.graph
+    producer = {out: n for n in graph.node for out in n.output}
+    outputs = {o.name for o in graph.output}
+    for node in graph.node:
+        if node.op_type != "Gemm" or node.domain not in ("", "ai.onnx"):
+            continue
+        for index, flag in ((0, "transA"), (1, "transB")):
+            src = producer.get(node.input[index])
+            perm = next((list(a.ints) for a in src.attribute if a.name == "perm"), None) if src is not None else None
+            if src is None or src.op_type != "Transpose" or src.domain not in ("", "ai.onnx") or perm != [1, 0]:
+                continue
+            attrs = {a.name: a for a in node.attribute}
+            value = 1 - (attrs[flag].i if flag in attrs else 0)
+            if flag in attrs:
+                node.attribute.remove(attrs[flag])
+            node.attribute.append(onnx.helper.make_attribute(flag, value))
+            node.input[index] = src.input[0]
+    used = {i for n in graph.node for i in n.input} | outputs
+    dead = [n for n in graph.node if n.op_type == "Transpose" and not any(o in used for o in n.output)]
+    for n in dead:
+        graph.node.remove(n)
 
 
 def _outputs_not_inputs(model: Any) -> None:

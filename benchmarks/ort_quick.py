@@ -1,11 +1,12 @@
 """Quick latency check of the onnxruntime backend against eager and Inductor on zoo models.
 
-    python benchmarks/ort_quick.py [--models mlp,resnet,bert,gpt2] [--batch 8] [--rounds 30]
+    python benchmarks/ort_quick.py [--models mlp,resnet,bert,gpt2] [--batch 8] [--rounds 30] [--threads 1]
 
 Each model is compiled three ways: eager (the nn.Module as is), Inductor (``torch.compile`` default)
 and ``torchmux.compile(backend="onnxruntime")``. After warm-up, the three run in interleaved rounds
 (so machine noise hits them alike); the table shows median milliseconds and the ratio to eager
-(below 1 is faster). It also times the hot path on a small graph: IOBinding on torch memory against
+(below 1 is faster). ``--threads`` sets torch's and ONNX Runtime's intra-op threads alike (1 by
+default: on a shared machine, a multi-threaded op waits for its slowest thread). It also times the hot path on a small graph: IOBinding on torch memory against
 ``session.run`` with NumPy arrays in and out.
 """
 
@@ -33,15 +34,15 @@ def _median_ms(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, floa
     return {k: statistics.median(v) * 1e3 for k, v in samples.items()}
 
 
-def models(names: list[str], batch: int, rounds: int) -> None:
-    print(f"batch {batch}, {rounds} interleaved rounds, torch threads {torch.get_num_threads()}")
+def models(names: list[str], batch: int, rounds: int, threads: int) -> None:
+    print(f"batch {batch}, {rounds} interleaved rounds, torch and onnxruntime threads {threads}")
     print(f"{'model':<8} {'eager ms':>9} {'inductor ms':>12} {'ort ms':>8} {'inductor/eager':>15} {'ort/eager':>10} {'ort compile s':>14}")
     for name in names:
         model, args = zoo.build(name, batch)
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             inductor = torch.compile(model)
-            ort_model = torchmux.compile(model, backend="onnxruntime")
+            ort_model = torchmux.compile(model, backend="onnxruntime", options={"onnxruntime.intra_op_num_threads": threads})
             t0 = time.perf_counter()
             ort_model(*args)
             ort_compile = time.perf_counter() - t0
@@ -55,13 +56,14 @@ def models(names: list[str], batch: int, rounds: int) -> None:
         torch._dynamo.reset()
 
 
-def hot_path(rounds: int) -> None:
+def hot_path(rounds: int, threads: int) -> None:
     from torchmux.core.registry import get_registry
     from torchmux.core.trace import trace
 
     x = torch.randn(64, 256)
     ir = trace(lambda x: torch.relu(x) + 1, [x])
-    graph = get_registry().get("onnxruntime").compile(torchmux.CompileRequest(ir, [x]))
+    graph = get_registry().get("onnxruntime").compile(
+        torchmux.CompileRequest(ir, [x], options={"intra_op_num_threads": threads}))
     session = graph.session
     name_in, name_out = session.get_inputs()[0].name, session.get_outputs()[0].name
 
@@ -78,9 +80,11 @@ def main() -> None:
     parser.add_argument("--models", default="mlp,resnet,bert,gpt2")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--threads", type=int, default=1)
     a = parser.parse_args()
-    models(a.models.split(","), a.batch, a.rounds)
-    hot_path(a.rounds)
+    torch.set_num_threads(a.threads)
+    models(a.models.split(","), a.batch, a.rounds, a.threads)
+    hot_path(a.rounds, a.threads)
 
 
 if __name__ == "__main__":
