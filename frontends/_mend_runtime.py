@@ -86,7 +86,10 @@ def _deferred(key: int, *values: Any) -> None:
     callee = effect.callee(effect.globals) if effect.callee is not None else None
     if effect.kind == "check":
         if bool(args[0]) == effect.extra["raise_if"]:
-            raise callee(*args[1:])
+            error = callee(*args[1:])
+            if hasattr(error, "add_note"):  # Python 3.11+
+                error.add_note(f"(checked by torchmux after the graph; the check is at {effect.filename}:{effect.lineno})")
+            raise error
         return
     if effect.kind == "print":
         print(*args, **kwargs)

@@ -405,21 +405,10 @@ def rewrite(fdef: ast.FunctionDef, ctx: Context) -> int:
     loads: dict[str, int] = {}
     for n in _loads(fdef):
         loads[n.id] = loads.get(n.id, 0) + 1
-    block = _Block(ctx, _mutates(fdef), loads)
+    block = _Block(ctx, loads)
     block.converted = _item_for_logging(fdef, ctx, block)
     fdef.body = block.stmts(fdef.body, set(params), top=True)
     return len(ctx.notes)
-
-
-def _mutates(fdef: ast.FunctionDef) -> bool:
-    """True if the function may change a tensor in place (then deferred values are snapshotted)."""
-    for n in ast.walk(fdef):
-        if isinstance(n, ast.AugAssign) or (isinstance(n, (ast.Subscript, ast.Attribute)) and isinstance(n.ctx, ast.Store)):
-            return True
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr.endswith("_") \
-                and not n.func.attr.startswith("_"):
-            return True
-    return False
 
 
 def _own_nodes(fdef: ast.FunctionDef) -> list[ast.AST]:
@@ -478,8 +467,8 @@ def _log_leaves(arg: ast.expr) -> list[ast.expr]:
 class _Block:
     """Rewrites statement lists (rules 1, 3 and 4); ``defined`` holds the names surely bound so far."""
 
-    def __init__(self, ctx: Context, snapshot: bool, loads: dict[str, int]) -> None:
-        self.ctx, self.snapshot, self.loads = ctx, snapshot, loads
+    def __init__(self, ctx: Context, loads: dict[str, int]) -> None:
+        self.ctx, self.loads = ctx, loads
         self.converted: dict[str, str] = {}
         self.unused_items: dict[int, bool] = {}
         self.item_notes: dict[int, int] = {}
@@ -542,7 +531,7 @@ class _Block:
 
     def defer(self, s: ast.Expr, guard: tuple[str, int] | None = None) -> ast.stmt | None:
         new = defer(s, self.ctx, self.converted, guard)
-        if new is not None and self.snapshot:
+        if new is not None:  # logged tensors are copied where the log was: later code may change them in place
             call = new.body[0].value
             skip = 2 if guard is not None else 1
             call.args[skip:] = [_at(_call("snap", v), s) for v in call.args[skip:]]

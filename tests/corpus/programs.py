@@ -259,6 +259,17 @@ class PrintInLoop(nn.Module):
         return x
 
 
+def bump(t):
+    t.add_(1)
+
+
+def print_then_inplace(x):
+    y = x[:2, :3] * 2
+    print("before", y)
+    bump(y)  # changes the printed tensor in place, in a callee
+    return y
+
+
 # --- .item() / .tolist() -----------------------------------------------------------------------------
 
 
@@ -441,6 +452,7 @@ PROGRAMS: list[Program] = [
     Program("logging_fstring", "logger.warning of an f-string with int()", lambda: (LoggingFString(), (x16(),))),
     Program("warns", "warnings.warn with a category", lambda: (WarnsUnconditionally(), (x16(),))),
     Program("print_in_loop", "print with .item() in an unrolled loop", lambda: (PrintInLoop(), (x16(),))),
+    Program("print_then_inplace", "print of a tensor changed in place later", lambda: (print_then_inplace, (x16(),))),
     Program("item_for_logging", ".item() only printed", lambda: (ItemForLogging(), (x16(),))),
     Program("tolist_for_logging", ".tolist() only printed", lambda: (TolistForLogging(), (x16(),))),
     Program("item_in_arithmetic", ".item() used in arithmetic", lambda: (ItemInArithmetic(), (x16(),))),
