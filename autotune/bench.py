@@ -20,6 +20,7 @@ results go to the terminal (a table), ``bench.json`` and ``bench.png`` in ``--ou
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -54,6 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=Path("bench-results"), help="folder for bench.json, bench.png and logs")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds one child process may run (default 900)")
     p.add_argument("--no-warm", action="store_true", help="skip the warm-compile processes (halves the compile work)")
+    p.add_argument("--latency-only", action="store_true",
+                   help="skip the cold and warm compile processes: latency, speedups and output checks only, "
+                        "one process per model (no memory figures; compile time only as measured in that process)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     # the child side (bench_run.py); not for users
     p.add_argument("--_child", choices=["compile", "latency"], help=argparse.SUPPRESS)
@@ -206,7 +210,7 @@ def latency_run(model: str, systems: list[str], args: argparse.Namespace, caches
         if not busy:  # died before any system ran: building the model failed
             return {"error": f"{why or 'no result'}: {_log_tail(log)}"}
         culprit, stage = busy[-1]["system"], "compiling" if busy[-1]["event"] == "compile" else "timing"
-        found[culprit] = {"event": "failed", "error": f"{why} while {stage} it: {_log_tail(log)}"}
+        found[culprit] = {"event": "failed", "error": f"{why or 'the process ended early'} while {stage} it: {_log_tail(log)}"}
         remaining = [s for s in remaining if s != culprit and found.get(s, {}).get("event") != "failed"]
     return {"systems": found}
 
@@ -234,14 +238,14 @@ def assemble(model: str, systems: list[str], cold: dict[str, dict], warm: dict[s
             row.update(ok=True, latency_ms=_stats(lat["samples"]), samples_ms=[x * 1e3 for x in lat["samples"]],
                        calls_per_sample=lat["calls_per_sample"], matches_eager=lat["matches"],
                        max_abs_diff=lat["max_abs_diff"], mismatch=lat["mismatch"])
-            if lat.get("auto_choices"):
-                row["auto_choices"] = lat["auto_choices"]
+            if lat.get("auto_choices") or c.get("auto_choices"):
+                row["auto_choices"] = lat.get("auto_choices") or c["auto_choices"]
         else:
             row["error"] = "not measured"
         row["compile_s"] = {"cold": c.get("first_call_s") if c.get("ok") else None,
                             "warm": w.get("first_call_s") if w.get("ok") else None,
                             "in_bench": lat.get("compile_s")}
-        if c.get("ok"):
+        if "peak_rss_mb" in c:
             if device == "cuda":
                 row["memory_mb"] = {"peak": c["gpu_peak_mb"], "delta": c["gpu_peak_mb"] - c["gpu_before_mb"], "kind": "gpu"}
             else:
@@ -316,13 +320,15 @@ def run_bench(args: argparse.Namespace, models: list[str], systems: list[str], s
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "logs").mkdir(exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="torchmux-bench-"))
-    warm_systems = [] if args.no_warm else [s for s in systems if s != EAGER]
-    bar = _progress(len(models) * (len(systems) + len(warm_systems) + 1), args.no_progress)
+    cold_systems = [] if args.latency_only else systems
+    warm_systems = [] if args.no_warm or args.latency_only else [s for s in systems if s != EAGER]
+    bar = _progress(len(models) * (len(cold_systems) + len(warm_systems) + 1), args.no_progress)
     started = time.time()
     report: dict[str, Any] = {
         "command": command,
         "settings": {"models": models, "batch_size": args.batch_size, "rounds": args.rounds, "systems": systems,
-                     "skipped_systems": skipped, "timeout_s": args.timeout, "warm": not args.no_warm},
+                     "skipped_systems": skipped, "timeout_s": args.timeout, "cold": bool(cold_systems),
+                     "warm": bool(warm_systems), "threads": args.threads},
         "environment": environment(args),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "complete": False,
@@ -335,7 +341,13 @@ def run_bench(args: argparse.Namespace, models: list[str], systems: list[str], s
             caches = {s: work / "cache" / model / s.replace(":", "-") for s in systems}
             cold: dict[str, dict] = {}
             warm: dict[str, dict] = {}
-            for s in systems:
+            needs = ZOO[model].needs
+            if needs and importlib.util.find_spec(needs) is None:
+                missing = {"ok": False, "error": f"{model} needs {needs}, which is not installed (pip install {needs})"}
+                results[model] = assemble(model, systems, {s: missing for s in systems}, {}, {"systems": {}}, args.device)
+                bar.update(len(cold_systems) + len(warm_systems) + 1)
+                continue
+            for s in cold_systems:
                 bar.set_postfix_str(f"{model} · {s} · cold compile")
                 cold[s] = compile_run(model, s, args, caches[s], work, "cold")
                 bar.update()
@@ -345,7 +357,7 @@ def run_bench(args: argparse.Namespace, models: list[str], systems: list[str], s
                         warm[s] = compile_run(model, s, args, caches[s], work, "warm")
                     bar.update()
             bar.set_postfix_str(f"{model} · latency rounds")
-            runnable = [s for s in systems if cold[s].get("ok")]
+            runnable = [s for s in systems if cold[s].get("ok")] if cold_systems else systems
             latency = latency_run(model, runnable, args, caches, work) if runnable else {"systems": {}}
             bar.update()
             results[model] = assemble(model, systems, cold, warm, latency, args.device)

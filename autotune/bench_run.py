@@ -30,6 +30,8 @@ from typing import Any, Callable
 
 import torch
 
+from ..core.hookspecs import hookimpl
+
 #: the wall time one latency sample aims for; calls shorter than this are repeated within a sample
 SAMPLE_SECONDS = 0.01
 #: output tolerance against eager: compare.mismatch's float tolerances times this (whole models
@@ -129,6 +131,7 @@ def compile_child(model: str, system: str, batch: int, device: str, threads: int
     """Compile ``model`` with ``system`` in this fresh process: first-call seconds and peak memory."""
     _setup(device, threads)
     m, args = _load(model, batch, device)
+    recorder = _AutoChoices.install() if system == AUTO else None
     before = peak_rss_mb()
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
@@ -140,6 +143,8 @@ def compile_child(model: str, system: str, batch: int, device: str, threads: int
         _sync(device)
     result: dict[str, Any] = {"ok": True, "first_call_s": seconds, "notes": notes,
                               "rss_before_mb": before, "peak_rss_mb": peak_rss_mb()}
+    if recorder is not None:
+        result["auto_choices"] = recorder.chosen()
     if device == "cuda":
         result["gpu_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
         result["gpu_before_mb"] = gpu_before / 2**20
@@ -148,12 +153,23 @@ def compile_child(model: str, system: str, batch: int, device: str, threads: int
 
 # ---------------------------------------------------------------------------------------- latency child
 class _AutoChoices:
-    """A plugin that records what torchmux auto measured per graph, to report which backend won."""
+    """A plugin that records what torchmux auto measured per graph, to report which backend won.
+    (A decision auto remembers from an earlier process is not measured again, so not seen here: the
+    cold process, whose caches are empty, is where the choices are recorded.)"""
 
     def __init__(self) -> None:
-        self.active = False
+        self.active = True
         self.graphs: dict[str, list[tuple[str, float, bool]]] = {}
 
+    @classmethod
+    def install(cls) -> "_AutoChoices":
+        import torchmux
+
+        recorder = cls()
+        torchmux.register_plugin(recorder, name="torchmux-bench-recorder")
+        return recorder
+
+    @hookimpl
     def torchmux_candidate_measured(self, ir: Any, backend: str, seconds: float, ok: bool, reason: str) -> None:
         if self.active:
             self.graphs.setdefault(ir.name, []).append((backend, seconds, ok))
@@ -193,11 +209,7 @@ def latency_child(model: str, systems: list[str], batch: int, device: str, threa
 
         _setup(device, threads)
         m, args = _load(model, batch, device)
-        recorder = _AutoChoices()
-        if any(s.startswith("torchmux:") for s in systems):
-            import torchmux
-
-            torchmux.register_plugin(recorder, name="torchmux-bench-recorder")
+        recorder = _AutoChoices.install() if AUTO in systems else _AutoChoices()
         live: list[tuple[str, Callable[..., Any], int]] = []
         with torch.no_grad():
             ref = [t.detach().clone() for t in tensors_of(m(*args))]
@@ -228,12 +240,19 @@ def latency_child(model: str, systems: list[str], batch: int, device: str, threa
             for r in range(rounds):
                 k = r % max(1, len(live))
                 for system, fn, calls in live[k:] + live[:k]:
+                    if system not in samples:
+                        continue
                     emit(event="timing", system=system, round=r)
-                    _sync(device)
-                    t0 = time.perf_counter()
-                    for _ in range(calls):
-                        fn(*args)
-                    _sync(device)
+                    try:
+                        _sync(device)
+                        t0 = time.perf_counter()
+                        for _ in range(calls):
+                            fn(*args)
+                        _sync(device)
+                    except Exception as e:  # a system that fails only sometimes is not timed further
+                        emit(event="failed", system=system, error=f"failed while timed: {short_error(e)}")
+                        del samples[system]
+                        continue
                     samples[system].append((time.perf_counter() - t0) / calls)
             for system, values in samples.items():
                 emit(event="samples", system=system, samples=values)

@@ -162,3 +162,34 @@ def test_a_backend_that_kills_the_process_is_reported(crashing_backend: None, tm
     assert not crashed["ok"]
     assert "SIGKILL while timing it" in crashed["error"]
     assert crashed["compile_s"]["cold"] > 0  # its own compile process finished
+
+
+def test_assemble_reports_failures_and_geomean_skips_wrong_answers() -> None:
+    """The parent's bookkeeping on hand-written child results (no processes): a failed compile, a
+    wrong answer, speedups against eager and inductor, and a table that shows all of it."""
+    from torchmux.autotune.bench_report import format_report
+
+    def lat(ms: float, matches: bool = True) -> dict:
+        return {"event": "compiled", "compile_s": 0.5, "matches": matches, "max_abs_diff": 0.0 if matches else 3.0,
+                "mismatch": None if matches else "output 0: 5 of 8 elements outside tolerance", "notes": [],
+                "calls_per_sample": 1, "samples": [ms / 1e3] * 3}
+
+    systems = ["eager", "inductor", "torchmux:onnxruntime", "torchmux:auto"]
+    cold = {s: {"ok": True, "first_call_s": 2.0, "notes": [], "rss_before_mb": 300.0, "peak_rss_mb": 400.0} for s in systems}
+    cold["torchmux:onnxruntime"] = {"ok": False, "error": "the process died of signal SIGSEGV: (no output)"}
+    latency = {"systems": {"eager": lat(4.0), "inductor": lat(2.0), "torchmux:auto": lat(1.0, matches=False)}}
+    row = bench.assemble("mlp", systems, cold, {}, latency, "cpu")
+    rows = row["systems"]
+    assert rows["inductor"]["speedup_vs_eager"] == 2.0 and rows["eager"]["speedup_vs_inductor"] == 0.5
+    assert rows["torchmux:auto"]["speedup_vs_inductor"] == 2.0 and rows["torchmux:auto"]["matches_eager"] is False
+    assert not rows["torchmux:onnxruntime"]["ok"] and "SIGSEGV" in rows["torchmux:onnxruntime"]["error"]
+    assert rows["inductor"]["memory_mb"] == {"peak": 400.0, "delta": 100.0, "kind": "rss"}
+    models = {"mlp": row}
+    geo = bench.geomeans(models, systems)
+    assert geo["inductor"]["speedup_vs_eager"] == 2.0
+    assert geo["torchmux:auto"]["speedup_vs_eager"] is None  # a wrong answer is no speedup
+    report = {"environment": {"device": "cpu", "device_name": "test cpu", "cpu_count": 2, "threads": 2, "torch": "x"},
+              "settings": {"systems": systems, "models": ["mlp"], "batch_size": 8, "rounds": 3, "skipped_systems": {}},
+              "wall_s": 1.0, "complete": True, "models": models, "geomean": geo}
+    text = format_report(report)
+    assert "SIGSEGV" in text and "NO (3)" in text and "failed" in text and "(wrong)" in text
