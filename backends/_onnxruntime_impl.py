@@ -7,7 +7,10 @@ The pipeline, one step per function:
 2. ``_cache_dir``: the folder that holds this graph's files, keyed by everything that changes them:
    IR fingerprint, onnxruntime, torch and opset versions, providers.
 3. ``export_onnx`` (cache miss only): ``torch.export`` the ATen graph module, then translate it with
-   torch's ONNX exporter (torchlib). Params and buffers stay graph inputs, so new weights are used.
+   torch's ONNX exporter (torchlib), opset 20. Params and buffers stay graph inputs, so new weights
+   are used. Two rewrites follow: an output that passes an input through gets an Identity (ONNX
+   Runtime leaves the buffer bound to such an output unwritten), and the weight Transpose in front of
+   a Gemm becomes ``transB`` (a weight input would otherwise be transposed on every call).
 4. ``_optimized_model`` (cache miss only): ONNX Runtime's extended graph optimizations, saved to disk
    (``SessionOptions.optimized_model_filepath``). Hardware-specific layout passes run at load time.
 5. :class:`OrtGraph`: the session over the optimized model; each call binds the torch tensors'
@@ -35,6 +38,7 @@ import torch
 
 import torchmux
 from torchmux.core import settings
+from torchmux.core.backend import package_version
 from torchmux.core.ir import GraphIR, TensorSpec
 
 from .onnxruntime import CPU, CUDA, TENSORRT, usable_providers
@@ -46,6 +50,7 @@ OPTIONS = {
                       "cores from the torch ops that run between ONNX Runtime regions)",
 }
 EXPORT_FORMAT = 3  # bump whenever export_onnx changes what it writes: old cache entries then miss
+# 20 is the first opset with a Gelu op; at 18 (torchlib's default) GELU is five elementwise ops
 OPSET = 20
 IR_VERSION = 10  # torch's exporter writes 10; ONNX Runtime 1.31 reads up to 13 (onnx 1.23 alone would write 14)
 
@@ -92,6 +97,8 @@ def _provider_list(request: torchmux.CompileRequest) -> list[tuple[str, dict[str
     out: list[tuple[str, dict[str, Any]]] = []
     built = ort.get_available_providers()
     for p in requested:
+        if not isinstance(p, str) and not (isinstance(p, (tuple, list)) and len(p) == 2 and isinstance(p[1], dict)):
+            raise ValueError(f"options['onnxruntime.providers']: {p!r} is neither a provider name nor a (name, options) pair")
         name, opts = (p, {}) if isinstance(p, str) else (p[0], dict(p[1]))
         if name not in built:
             raise ValueError(
@@ -115,17 +122,12 @@ def _cache_dir(ir: GraphIR, providers: list[tuple[str, dict[str, Any]]]) -> Path
         "format": EXPORT_FORMAT,
         "onnxruntime": ort.__version__,
         "torch": torch.__version__,
-        "opset": _opset(),
+        "onnxscript": package_version("onnxscript"),  # holds torchlib, the ATen -> ONNX translations
+        "opset": OPSET,
         "ir_version": IR_VERSION,
         "providers": [[name, sorted((k, str(v)) for k, v in opts.items())] for name, opts in providers],
     }, sort_keys=True)
     return settings.CACHE_DIR.get() / "onnxruntime" / hashlib.sha256(key.encode()).hexdigest()[:32]
-
-
-def _opset() -> int:
-    """The ONNX opset the models use: 20, the first with a Gelu op (opset 18, torchlib's default, spells
-    GELU as five elementwise ops that ONNX Runtime's CPU kernels run one by one)."""
-    return OPSET
 
 
 # --------------------------------------------------------------------------------------------- 3
@@ -140,7 +142,7 @@ def _onnx_registry() -> Any:
             level = quiet.level
             quiet.setLevel(logging.ERROR)  # it warns about every torchvision op when torchvision is absent
             try:
-                _registry = _registration.ONNXRegistry.from_torchlib(opset_version=_opset())
+                _registry = _registration.ONNXRegistry.from_torchlib(opset_version=OPSET)
             finally:
                 quiet.setLevel(level)
         return _registry
@@ -160,7 +162,7 @@ def export_onnx(ir: GraphIR, example_inputs: Sequence[Any]) -> bytes:
         try:
             program = torch.onnx.export(
                 torch.export.export(ir.gm, args, strict=False), (), dynamo=True,
-                optimize=False, verify=False, report=False, verbose=False,
+                optimize=False, verify=False, report=False, verbose=False, opset_version=OPSET,
             )
         except Exception as e:
             raise RuntimeError(
@@ -175,11 +177,12 @@ def export_onnx(ir: GraphIR, example_inputs: Sequence[Any]) -> bytes:
         )
     _outputs_not_inputs(model)
     _transposes_into_gemm(model)
-    # the translation writes its default opset into the model whatever the registry's opset was
+    # the direct translation writes torchlib's default opset (18) into the model whatever the registry's
+    # opset was; both paths translated for OPSET
     for op in list(model.opset_import):
         if op.domain in ("", "ai.onnx"):
             model.opset_import.remove(op)
-    model.opset_import.add(domain="", version=_opset())
+    model.opset_import.add(domain="", version=OPSET)
     model.ir_version = min(model.ir_version, IR_VERSION)
     return model.SerializeToString()
 

@@ -81,8 +81,10 @@ class OnnxRuntimeBackend(torchmux.Backend):
         "aten.embedding.default", "aten.constant_pad_nd.default", "aten.clone.default",
         "aten.split_with_sizes.default", "aten.arange.start_step", "aten.full.default",
     })
-    # In float16 these fail: torch's exporter computes them in float32 and returns the float32 value
-    # (the cast back is left dangling), or its layer/batch norm returns float32 statistics.
+    # In float16 the probe saw these fail (before supports() rejected them): torch's exporter computes
+    # them in float32 and returns the float32 value, leaving the cast back dangling, or its layer/batch
+    # norm returns float32 statistics. compile() catches such type changes anyway (it checks every
+    # input and output type of the model against the graph) and refuses.
     float16_broken = frozenset({
         "aten.abs.default", "aten.sum.dim_IntList", "aten.amax.default", "aten.amin.default", "aten.prod.dim_int",
         "aten.cumsum.default", "aten._native_batch_norm_legit_no_training.default", "aten.native_layer_norm.default",
