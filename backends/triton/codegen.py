@@ -33,8 +33,8 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from .fusion import GETITEM, MAX_ROW, POINTWISE, ROW, VIEW, ZERO, Index, Kernel, arg_requests, cat_spans, classify, \
-    op_key, pad_spans, row_index, shape_of
+from .fusion import GATHERS, GETITEM, MAX_ROW, POINTWISE, ROW, VIEW, ZERO, Idx, Index, Kernel, arg_requests, \
+    cat_spans, classify, gather_requests, op_key, pad_spans, row_index, shape_of
 
 __all__ = ["KernelSource", "BlockConfig", "generate", "block_config", "block_candidates", "compute_type", "RULES"]
 
@@ -427,6 +427,8 @@ class _Emitter:
             return self.new(f"({i.code}).to({out_t}) * {lit(step)} + {lit(start)}"), out_t
         if key in ("constant_pad_nd.default", "cat.default"):
             return self.pad_or_cat(node, index), out_t
+        if key in GATHERS:
+            return self.gathered(node, index)
         types = operand_types(node)
         reqs = iter(arg_requests(node, index, self.dom) or [])
         args: list[str] = []
@@ -442,6 +444,20 @@ class _Emitter:
             code = cast(code, types[0], out_t)
         var = code if code.isidentifier() else self.new(code)
         return self.rounded(var, dtype), out_t
+
+    def gathered(self, node: fx.Node, index: Index) -> tuple[str, str]:
+        """Load the integer index, wrap negatives as torch does, then load the source there."""
+
+        def data(t: fx.Node, t_index: Index) -> Idx:
+            var, _ = self.value(t, None, t_index)
+            src = node.args[0]
+            dim = 0 if op_key(node) != "gather.default" else node.args[1] % len(shape_of(src))
+            size = shape_of(src)[dim] if shape_of(src) else 1
+            wrapped = self.new(f"tl.where({var} < 0, {var} + {size}, {var})")
+            return Idx(wrapped, self.dims_of(t_index))
+
+        reqs = gather_requests(node, index, data)
+        return self.value(*reqs[-1])
 
     def pad_or_cat(self, node: fx.Node, index: Index) -> str:
         """Loads at clamped (always valid) indices, then a ``tl.where`` on the position picks the answer."""

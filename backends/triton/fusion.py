@@ -58,7 +58,10 @@ FUSIBLE_POINTWISE = frozenset({
     "logical_not.default", "where.self", "_to_copy.default", "clone.default", "alias.default",
     "full.default", "arange.start_step", "arange.start", "arange.default", "scalar_tensor.default",
     "_native_batch_norm_legit_no_training.default", "constant_pad_nd.default", "cat.default",
+    "embedding.default", "gather.default", "index.Tensor",
 })
+#: ops that read at positions taken from an integer tensor
+GATHERS = frozenset({"embedding.default", "gather.default", "index.Tensor"})
 BATCH_NORM = "_native_batch_norm_legit_no_training.default"
 #: reductions and the normalizations built on them: evaluated once per row, kept in registers
 ROWWISE = frozenset({
@@ -163,6 +166,33 @@ def cat_spans(node: fx.Node) -> tuple[int, list[tuple[fx.Node, int, int]]]:
         spans.append((t, offset, size))
         offset += size
     return dim, spans
+
+
+def gather_requests(node: fx.Node, index: Index, data: Any) -> list[tuple[fx.Node, int | None, Index]]:
+    """For embedding, gather and ``x[i]``: read the integer tensor, then the source at the position it
+    holds. ``data(tensor, its index) -> Idx`` turns the integer value into an index expression (code
+    generation emits the load; planning uses a placeholder that equals no other index)."""
+    key = op_key(node)
+    if key == "embedding.default":
+        weight, ids = node.args[0], node.args[1]
+        id_index = normalize(index[:-1], shape_of(ids))
+        return [(ids, None, id_index), (weight, None, normalize((data(ids, id_index), index[-1]), shape_of(weight)))]
+    if key == "index.Tensor":
+        x, ids = node.args[0], node.args[1][0]
+        lead = len(shape_of(ids))
+        id_index = normalize(index[:lead], shape_of(ids))
+        return [(ids, None, id_index), (x, None, normalize((data(ids, id_index),) + index[lead:], shape_of(x)))]
+    x, dim, ids = node.args[0], _dim(node.args[1], len(shape_of(node))), node.args[2]  # gather
+    id_index = normalize(index, shape_of(ids))
+    src = index[:dim] + (data(ids, id_index),) + index[dim + 1:]
+    return [(ids, None, id_index), (x, None, normalize(src, shape_of(x)))]
+
+
+def _placeholder(t: fx.Node, index: Index) -> Idx:
+    dims: frozenset[int] = frozenset()
+    for i in index:
+        dims |= i.dims
+    return Idx(f"<{t.name}[{','.join(i.code for i in index)}]>", dims)
 
 
 def view_input_index(node: fx.Node, index: Index) -> Index | None:
@@ -299,6 +329,11 @@ def classify(node: fx.Node) -> str:
         return EXTERN  # its saved statistics are wanted: ATen computes them
     if key == "cat.default" and any(0 in shape_of(t) or len(shape_of(t)) != len(shape_of(node)) for t in node.args[0]):
         return EXTERN  # legacy empty inputs
+    if key == "index.Tensor" and not (
+        isinstance(node.args[1][0], fx.Node) and all(i is None for i in node.args[1][1:])
+        and not node.args[1][0].meta["val"].dtype.is_floating_point and node.args[1][0].meta["val"].dtype != torch.bool
+    ):
+        return EXTERN  # only x[i] with one integer index tensor on dim 0
     if key in FUSIBLE_POINTWISE:
         return POINTWISE
     return EXTERN
@@ -309,6 +344,8 @@ def arg_requests(node: fx.Node, index: Index, domain: Domain) -> list[tuple[fx.N
 
     None when some input cannot be read at a cheap index (a real reshape)."""
     kind = classify(node)
+    if kind == POINTWISE and op_key(node) in GATHERS:
+        return gather_requests(node, index, _placeholder)
     if kind == POINTWISE and op_key(node) == "constant_pad_nd.default":
         res = list(index)
         for d, lo, size in pad_spans(node):

@@ -158,6 +158,15 @@ def test_padding_and_concatenation_are_masked_loads_in_one_kernel():
         assert compiled.kernel_count == 1
 
 
+def test_embedding_index_and_gather_read_at_loaded_positions():
+    w, pos, x = rand(10, 6), rand(3, 6), rand(6, 8)
+    ids = torch.tensor([[1, 9, 0], [0, 3, 3]], device=DEVICE)
+    compiled, _ = run(lambda w, i, p: F.layer_norm(F.embedding(i, w) + p, (6,)), w, ids, pos)
+    assert compiled.kernel_count == 1  # embedding, position add and layer norm
+    run(lambda x, i: x[i] * 2, x, torch.tensor([-1, 2, -6, 5], device=DEVICE))  # negative indices wrap
+    run(lambda x, i: torch.gather(x.exp(), 1, i) + 1, x, torch.randint(0, 8, (6, 3), device=DEVICE))
+
+
 def test_non_fusible_view_splits_the_kernel_and_stays_correct():
     x = rand(4, 6, 8)
     compiled, ir = run(lambda x: torch.softmax((x + 1).reshape(4, 48), -1), x)
@@ -236,10 +245,10 @@ def test_without_interpreter_or_gpu_the_reason_says_what_to_do():
 def test_claims_only_what_the_generator_handles():
     b = TritonBackend()
     assert "aten._softmax.default" in b.ops and "aten.mm.default" in b.ops
-    assert "aten.embedding.default" not in b.ops  # no lowering: runs eagerly via the partitioner
-    ir = trace(lambda x, i: F.max_pool2d(F.embedding(i, x).unsqueeze(0), 2), [rand(10, 4), torch.arange(6).to(DEVICE)], name="unclaimed")
+    assert "aten.avg_pool2d.default" not in b.ops  # no lowering: runs eagerly via the partitioner
+    ir = trace(lambda x: F.max_pool2d(F.avg_pool2d(x.unsqueeze(0), 2), 2), [rand(3, 8, 8)], name="unclaimed")
     supported = {op_key(n).split(".")[0]: b.supports(n) for n in ir.op_nodes}
-    assert supported["embedding"] is False and supported["max_pool2d_with_indices"] is False
+    assert supported["avg_pool2d"] is False and supported["max_pool2d_with_indices"] is False
     assert supported["unsqueeze"] is True
 
 
