@@ -170,10 +170,11 @@ def export_onnx(ir: GraphIR, example_inputs: Sequence[Any]) -> bytes:
                 f"(direct translation failed first with {type(fast_error).__name__}: {_first_line(fast_error)})"
             ) from e
     model = program.model_proto
-    if len(model.graph.input) != len(ir.placeholders) or len(model.graph.output) != len(ir.outputs):
+    tensors = len(_tensor_outputs(ir))
+    if len(model.graph.input) != len(ir.placeholders) or len(model.graph.output) != tensors:
         raise RuntimeError(
             f"the ONNX model of graph {ir.name} has {len(model.graph.input)} inputs and {len(model.graph.output)} "
-            f"outputs; the graph has {len(ir.placeholders)} and {len(ir.outputs)}"
+            f"outputs; the graph has {len(ir.placeholders)} inputs and {tensors} tensor outputs"
         )
     _outputs_not_inputs(model)
     _transposes_into_gemm(model)
@@ -236,6 +237,19 @@ def _export_fast(ir: GraphIR, args: tuple[Any, ...]) -> Any:
     program = torch.export.export(ir.gm, args, strict=False)
     _fx_passes.insert_type_promotion_nodes(program.graph_module)  # ONNX has no implicit type promotion
     return _core._exported_program_to_onnx_program(program, registry=registry)
+
+
+def _tensor_outputs(ir: GraphIR) -> list[int]:
+    """Positions of the graph's tensor outputs; the others are None (a backward graph's gradient of an
+    input that needs none), which the ONNX model leaves out and the compiled graph returns as None."""
+    positions = []
+    for i, out in enumerate(ir.outputs):
+        if out is None:
+            continue
+        if not isinstance(out, torch.fx.Node):
+            raise NotImplementedError(f"graph {ir.name} returns {out!r} (output {i}); onnxruntime returns tensors only")
+        positions.append(i)
+    return positions
 
 
 def _first_line(e: BaseException) -> str:
@@ -318,12 +332,16 @@ class OrtGraph:
         self.folder, self.cache_hit, self.export_seconds = folder, cache_hit, export_seconds
         self.device = device
         self._inputs = _check_io("input", session.get_inputs(), ir.input_specs)
-        self._outputs = _check_io("output", session.get_outputs(), ir.output_specs)
+        positions = _tensor_outputs(ir)
+        self._outputs = _check_io("output", session.get_outputs(), [ir.output_specs[i] for i in positions])
+        self._slots: list[int | None] = [None] * len(ir.outputs)  # graph output -> index among tensor outputs
         # a value returned twice is bound once and returned twice (as eager returns the same tensor)
         self._first: list[int] = []
         names: dict[str, int] = {}
         for i, (name, _, _) in enumerate(self._outputs):
             self._first.append(names.setdefault(name, i))
+        for k, position in enumerate(positions):
+            self._slots[position] = self._first[k]
         self._first_of_each = sorted(set(self._first))
         self._c = _c_binding(session)
         # the CUDA stream the session runs on (torch's current stream when it was created)
@@ -333,10 +351,13 @@ class OrtGraph:
     def __call__(self, *args: torch.Tensor) -> list[torch.Tensor]:
         outs = [torch.empty(spec.shape, dtype=spec.dtype, device=self.device) for _, _, spec in self._outputs]
         self.run_into(args, outs)
-        return [outs[j] for j in self._first]
+        return [None if j is None else outs[j] for j in self._slots]
 
     def run_into(self, args: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> Sequence[torch.Tensor]:
-        """Run with ``outs`` (contiguous tensors of the output specs) bound as the outputs; returns ``outs``."""
+        """Run with ``outs`` bound as the outputs; returns ``outs``.
+
+        ``outs`` holds one contiguous tensor per tensor output of the graph (None outputs left out), of
+        the output specs' shapes and dtypes."""
         if len(args) != len(self._inputs) or len(outs) != len(self._outputs):
             raise ValueError(f"the graph takes {len(self._inputs)} inputs and {len(self._outputs)} outputs, "
                              f"got {len(args)} and {len(outs)}")
