@@ -164,6 +164,14 @@ def test_graph_edges(name: str, fn, shapes: list, cache_dir: Path) -> None:  # t
 
 # ------------------------------------------------------------------------------------- disk cache
 _CHILD = textwrap.dedent("""
+    import socket
+    connects = []
+    def refuse(*a, **k):  # any network use (a download, a DNS lookup) is recorded and refused
+        connects.append(repr(a)[:100])
+        raise OSError("network access refused by the test")
+    socket.socket.connect = socket.socket.connect_ex = refuse
+    socket.getaddrinfo = socket.create_connection = refuse
+
     import json, sys, time, torch
     import torch.nn.functional as F
     import torchmux
@@ -184,7 +192,8 @@ _CHILD = textwrap.dedent("""
     graph = get_registry().get("onnxruntime").compile(torchmux.CompileRequest(ir, inputs))
     seconds = time.perf_counter() - t0
     err = float((graph(*inputs)[0] - fn(*inputs)).abs().max())
-    print(json.dumps(dict(hit=graph.cache_hit, exports=len(exports), folder=str(graph.folder), err=err, seconds=seconds)))
+    print(json.dumps(dict(hit=graph.cache_hit, exports=len(exports), folder=str(graph.folder), err=err,
+                          seconds=seconds, connects=connects)))
 """)
 
 
@@ -195,15 +204,22 @@ def _child() -> dict:
 
 
 def test_disk_cache_hit_in_a_new_process(cache_dir: Path) -> None:
-    graph = _compile(_linear_gelu, _linear_inputs())
-    assert not graph.cache_hit and graph.export_seconds > 0
-    files = {p.name: p.stat().st_mtime_ns for p in graph.folder.iterdir()}
+    """A second process compiling the same graph loads the cached model and exports nothing; neither
+    process touches the network."""
+    first = _child()
+    assert not first["hit"] and first["exports"] == 1 and first["err"] < 1e-5, first
+    folder = Path(first["folder"])
+    assert folder.parent == cache_dir
+    files = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
     assert {"model.onnx", "model.opt.onnx"} <= set(files)
-    assert graph.folder.parent == cache_dir
-    child = _child()  # same graph, new process
-    assert child["hit"] and child["exports"] == 0, child
-    assert child["folder"] == str(graph.folder) and child["err"] < 1e-5
-    assert {p.name: p.stat().st_mtime_ns for p in graph.folder.iterdir()} == files  # nothing rewritten
+    second = _child()  # same graph, new process
+    assert second["hit"] and second["exports"] == 0, second
+    assert second["folder"] == first["folder"] and second["err"] < 1e-5
+    assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == files  # nothing rewritten
+    assert first["connects"] == second["connects"] == []
+    # the same graph in this process hits the cache too
+    graph = _compile(_linear_gelu, _linear_inputs())
+    assert graph.cache_hit and graph.folder == folder and graph.export_seconds == 0
 
 
 def test_cache_key_changes_with_providers(cache_dir: Path) -> None:
