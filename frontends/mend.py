@@ -39,7 +39,8 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 
 from . import _mend_runtime as rt
-from .rewrites import RT, Context, rewrite
+from .mend_analysis import RT, Context
+from .rewrites import rewrite
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep  # torchmux.frontends: the runtime helpers

@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 
 import torchmux
-from torchmux.frontends.mend import mend, mended, source_of
+from torchmux.frontends.mend import mend, source_of
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "corpus"))
 

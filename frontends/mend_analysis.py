@@ -1,0 +1,230 @@
+"""What the mend pass knows about a function's source: names, purity, and AST helpers.
+
+- :class:`Context`: the function being rewritten (its file, globals, locals) and the rewrites noted
+  so far; ``resolve`` says what a global dotted name means *now*, following attributes only on
+  modules and classes so that no user property runs.
+- :func:`purity`: whether evaluating an expression can have an effect besides its value. Calls are
+  pure when they are torch functions or Tensor methods that change nothing in place; ``self.<m>(...)``
+  calls are recorded and checked at run time (``_mend_runtime.pure_module``). Two further flags say
+  when an expression must not run speculatively (both branches of an if): it draws random numbers
+  (``random``) or can raise on some data (``may_fail``: indexing, gather, linalg).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import copy
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from . import _mend_runtime as rt
+
+RT = "_mend_rt"  # the free variable through which mended code reaches the runtime helpers
+
+#: functions that draw random numbers (by name, under torch, torch.nn.functional, Tensor)
+RANDOM = {
+    "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "bernoulli",
+    "multinomial", "normal", "poisson", "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+    "feature_alpha_dropout", "rrelu", "gumbel_softmax", "native_dropout",
+}
+#: functions that raise on some data (indices out of range, singular matrices, bad targets)
+MAY_FAIL = {
+    "gather", "index_select", "take", "take_along_dim", "embedding", "embedding_bag", "one_hot", "bincount",
+    "scatter", "scatter_add", "scatter_reduce", "index_add", "index_copy", "index_fill", "index_put",
+    "cholesky", "cholesky_inverse", "inverse", "inv", "solve", "lu", "lu_factor", "lu_solve", "triangular_solve",
+    "nll_loss", "cross_entropy", "multi_margin_loss", "ctc_loss", "item", "repeat_interleave", "unflatten",
+}
+#: method names that mutate a Python container (a receiver we cannot type could be one)
+CONTAINER_MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault",
+                      "add", "discard", "sort", "reverse", "popitem", "put"}
+#: Tensor methods with an effect outside the value they return
+IMPURE_METHODS = {"item", "tolist", "numpy", "backward", "register_hook", "retain_grad", "record_stream",
+                  "share_memory_", "data_ptr", "storage", "untyped_storage"}
+#: builtins that are pure on any argument we let through
+PURE_BUILTINS = {"abs", "min", "max", "float", "int", "bool", "round", "pow", "len", "tuple", "range",
+                 "isinstance", "divmod"}
+_TENSOR_ATTRS = set(dir(torch.Tensor))
+
+
+@dataclass
+class Context:
+    """What a rewrite needs to know about the function it works on."""
+
+    filename: str
+    globals: dict[str, Any]
+    funcname: str
+    self_name: str | None  # the first parameter of a method
+    locals: set[str] = field(default_factory=set)  # names bound anywhere in the function
+    notes: list[int] = field(default_factory=list)  # keys of _mend_rt.NOTES
+    counter: int = 0
+
+    def fresh(self, stem: str) -> str:
+        self.counter += 1
+        return f"_mend_{stem}{self.counter}"
+
+    def note(self, node: ast.AST, text: str) -> int:
+        """Register a rewrite ("file:line: what"); the code emitted for it calls ``fired(key)`` when traced."""
+        key = rt.note(f"{self.filename}:{getattr(node, 'lineno', 0)}: {text}")
+        self.notes.append(key)
+        return key
+
+    # --- name resolution (at mend time, in the function's globals) ----------------------------------
+
+    def resolve(self, expr: ast.expr) -> Any:
+        """The object a global dotted name (``torch.nn.functional.relu``) means now, or None.
+
+        Attributes are only followed on modules and classes, so no property runs.
+        """
+        if isinstance(expr, ast.Name):
+            if expr.id in self.locals:
+                return None
+            if expr.id in self.globals:
+                return self.globals[expr.id]
+            return getattr(builtins, expr.id, None)
+        if isinstance(expr, ast.Attribute):
+            base = self.resolve(expr.value)
+            if isinstance(base, (types.ModuleType, type)):
+                return getattr(base, expr.attr, None)
+        return None
+
+    def is_global_expr(self, expr: ast.expr) -> bool:
+        return self.resolve(expr) is not None
+
+
+def rt_call(func: str, *args: ast.expr) -> ast.Call:
+    return ast.Call(ast.Attribute(ast.Name(RT, ast.Load()), func, ast.Load()), list(args), [])
+
+
+def name_node(id: str, store: bool = False) -> ast.Name:
+    return ast.Name(id, ast.Store() if store else ast.Load())
+
+
+def located(new: Any, old: ast.AST) -> Any:
+    """Give the nodes of ``new`` that have no location ``old``'s, so errors point at the user's line."""
+    for n in new if isinstance(new, list) else [new]:
+        for sub in ast.walk(n):
+            if isinstance(sub, (ast.expr, ast.stmt)) and getattr(sub, "lineno", None) is None:
+                ast.copy_location(sub, old)
+    return new
+
+
+def names_stored(nodes: list[ast.stmt]) -> set[str]:
+    out = set()
+    for n in nodes:
+        for sub in ast.walk(n):
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, (ast.Store, ast.Del)):
+                out.add(sub.id)
+    return out
+
+
+def loaded_names(node: ast.AST) -> list[ast.Name]:
+    return [n for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+
+
+
+@dataclass
+class Purity:
+    ok: bool = True
+    random: bool = False  # draws random numbers: must not run when its branch is not taken
+    may_fail: bool = False  # can raise on some data (indexing, gather, linalg): same
+    modules: list[ast.expr] = field(default_factory=list)  # self.x callables to check at run time
+
+    def fail(self) -> Purity:
+        self.ok = False
+        return self
+
+
+def purity(node: ast.AST, ctx: Context, p: Purity | None = None) -> Purity:
+    """Whether evaluating expression ``node`` can have an effect besides its value (conservative)."""
+    p = p or Purity()
+    if not p.ok:
+        return p
+    if isinstance(node, (ast.Constant, ast.Name)):
+        return p
+    if isinstance(node, (ast.Lambda, ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom, ast.Starred,
+                         ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+        return p.fail()
+    if isinstance(node, ast.Attribute):
+        return purity(node.value, ctx, p) if isinstance(node.ctx, ast.Load) else p.fail()
+    if isinstance(node, ast.Subscript) and not static_index(node.slice):
+        p.may_fail = True  # x[i] / x[idx]: out of range raises
+    if isinstance(node, ast.Call):
+        for x in list(node.args) + [k.value for k in node.keywords]:
+            purity(x, ctx, p)
+        if any(k.arg in (None, "out") for k in node.keywords):
+            return p.fail()
+        return _call_purity(node, ctx, p)
+    for child in ast.iter_child_nodes(node):
+        purity(child, ctx, p)
+    return p
+
+
+def _call_purity(node: ast.Call, ctx: Context, p: Purity) -> Purity:
+    f = node.func
+    target = ctx.resolve(f)
+    if target is not None:  # a global function: torch's or a builtin
+        name = getattr(target, "__name__", "")
+        if getattr(target, "__module__", "") == "builtins":
+            return p if name in PURE_BUILTINS else p.fail()
+        mod = getattr(target, "__module__", "") or ""
+        if not (mod.startswith("torch") or isinstance(target, torch._ops.OpOverloadPacket)) or name.endswith("_"):
+            return p.fail()
+        p.random |= name in RANDOM
+        p.may_fail |= name in MAY_FAIL
+        return p
+    if not isinstance(f, ast.Attribute):
+        return p.fail()
+    if rooted_at_self(f, ctx):  # self.h(x): pure only if self.h is a known module (checked at run time)
+        p.modules.append(f)
+        return p
+    purity(f.value, ctx, p)
+    name = f.attr
+    if name not in _TENSOR_ATTRS or name.startswith("_") or name.endswith("_") or name in CONTAINER_MUTATORS \
+            or name in IMPURE_METHODS:
+        return p.fail()
+    p.random |= name in RANDOM
+    p.may_fail |= name in MAY_FAIL
+    return p
+
+
+def static_index(index: ast.expr) -> bool:
+    """True for an index that cannot raise on any data: constants, ``None``, ``...`` and slices."""
+    items = index.elts if isinstance(index, ast.Tuple) else [index]
+    return all(isinstance(i, ast.Slice) or (isinstance(i, ast.Constant) and i.value in (None, Ellipsis))
+               for i in items)
+
+
+def rooted_at_self(f: ast.expr, ctx: Context) -> bool:
+    while isinstance(f, ast.Attribute):
+        f = f.value
+    return isinstance(f, ast.Name) and f.id == ctx.self_name
+
+
+def maybe_tensor_test(test: ast.expr, ctx: Context) -> bool:
+    """False for tests that are plainly Python values (shapes, None checks, flags): they are left alone."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test = test.operand
+    if isinstance(test, (ast.Name, ast.Attribute, ast.Constant, ast.BoolOp)):
+        return False
+    for n in ast.walk(test):
+        if isinstance(n, ast.Attribute) and n.attr in ("shape", "ndim", "training", "dtype", "device", "is_cuda"):
+            return False
+        if isinstance(n, ast.Call) and isinstance(n.func, (ast.Name, ast.Attribute)):
+            fname = n.func.id if isinstance(n.func, ast.Name) else n.func.attr
+            if fname in ("len", "isinstance", "hasattr", "callable", "size", "dim", "is_floating_point",
+                         "is_complex", "numel", "getattr", "type"):
+                return False
+        if isinstance(n, ast.Compare) and any(isinstance(o, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for o in n.ops):
+            return False
+    return any(isinstance(n, (ast.Call, ast.Compare, ast.Subscript)) for n in ast.walk(test))
+
+
+def guard_test(p: str, pure: Purity) -> ast.expr:
+    tests: list[ast.expr] = [rt_call("pred", name_node(p))] + [rt_call("pure_module", copy.deepcopy(m)) for m in pure.modules]
+    return tests[0] if len(tests) == 1 else ast.BoolOp(ast.And(), tests)
+
+
