@@ -1,21 +1,29 @@
 """Triton source for one fused kernel (fusion.Kernel): the prologue, one line per value, the stores.
 
-The generated function reads like this (a softmax over the last dim of a [64, 33] input)::
+The generated function reads like this (softmax over the last dim of a float16 [64, 33] input;
+shapes are constants, strides arguments)::
 
     @triton.jit
-    def tmx_softmax_0(in0, in0_s0, in0_s1, out0, out0_s0, out0_s1, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    def tmx_softmax_8d0b833cbd(in0, in0_s0, in0_s1, out0, out0_s0, out0_s1,
+                               BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
         pid = tl.program_id(0)
-        r = pid * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]      # rows: the kept dims, flattened
-        k = tl.arange(0, BLOCK_K)[None, :]                      # the whole reduced row
+        r = pid * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]   # rows: the kept dims, flattened
+        k = tl.arange(0, BLOCK_K)[None, :]                   # the whole reduced row
         rmask = r < 64
         kmask = k < 33
         i0 = r % 64
         i1 = k % 33
-        v0 = tl.load(in0 + (i0)*in0_s0 + (i1)*in0_s1, mask=rmask & kmask, other=0).to(tl.float32)
-        v1 = tl.broadcast_to(v0, [BLOCK_R, BLOCK_K])
-        v2 = tl.max(tl.where(kmask, v1, float('-inf')), axis=1)[:, None]
-        ...
-        tl.store(out0 + ..., tl.broadcast_to(v5.to(tl.float32), [BLOCK_R, BLOCK_K]), mask=...)
+        v0 = tl.load(in0 + (i0)*in0_s0 + (i1)*in0_s1, mask=rmask & kmask, other=0)
+        v1 = v0.to(tl.float32)
+        v2 = tl.broadcast_to(v1, [BLOCK_R, BLOCK_K])
+        v3 = tl.max(tl.where(kmask, v2, float('-inf')), axis=1)[:, None]
+        v4 = v2 - v3
+        v5 = tl.exp(v4)
+        v6 = tl.sum(tl.where(kmask, v5, 0.0), axis=1)[:, None]
+        v7 = v5 / v6
+        v8 = v7.to(tl.float16).to(tl.float32)
+        tl.store(out0 + tl.broadcast_to((i0)*out0_s0 + (i1)*out0_s1, [BLOCK_R, BLOCK_K]),
+                 tl.broadcast_to(v8.to(tl.float16), [BLOCK_R, BLOCK_K]), mask=...)
 
 Values are computed in float32 whatever the storage dtype (reductions accumulate in float32); a value
 whose graph dtype is float16 or bfloat16 is rounded to it after each op, as eager rounds each op's

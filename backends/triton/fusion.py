@@ -12,15 +12,22 @@ result lives in registers next to the row it came from: softmax, layer norm, RMS
 **Indexing.** Every value in a kernel is a function of an *index*: one expression per dim of the
 value, over the domain's coordinates ``i0 .. iN`` (Inductor's loader style). A pointwise op asks for
 its arguments at the broadcast of its own index; a view (permute, expand, unsqueeze, squeeze, slice,
-select, a view that only adds or drops size-1 dims) rewrites the index; a value from outside the
-kernel (a graph input, an ATen result, an earlier kernel's buffer) is loaded through its strides, so
-broadcasting, transposed and sliced inputs cost nothing. A *row-resident* value (a reduction, softmax,
-layer norm) exists only at its row index: a consumer that asks for it anywhere else cannot join the
-kernel, which then ends and its values go to memory.
+select, a view that only adds or drops size-1 dims) rewrites the index; padding and concatenation
+read at clamped indices under a ``tl.where``; embedding, gather and ``x[i]`` read at a position loaded
+from their index tensor. A value from outside the kernel (a graph input, an ATen result, an earlier
+kernel's buffer) is loaded through its strides, so broadcasting, transposed and sliced inputs cost
+nothing. A *row-resident* value (a reduction, softmax, layer norm, cumsum) exists only at its row
+index: a consumer that asks for it anywhere else cannot join the kernel, which then ends and its
+values go to memory. Rows longer than ``MAX_ROW`` are reduced by ATen.
 
 **External ATen calls.** Matmuls and convolutions (``mm``, ``addmm``, ``bmm``, ``convolution``), views
-of values that are already in memory (free: ATen returns a strided alias) and reshapes that regroup
-dims run as ATen calls between kernels.
+of values that are already in memory (free: ATen returns a strided alias), reshapes that regroup dims
+and ``split`` run as ATen calls between kernels.
+
+**Grouping** is greedy in graph order with one open kernel: a node joins it if the kernel's domain can
+take it (a pointwise kernel grows by broadcasting, or moves to a padded shape; a reduction fixes the
+domain) and every node that may have to be stored still has an index that visits each of its elements
+once. An ATen call that reads the open kernel's values closes it first.
 
 The pass is ``plan(graph) -> list[Kernel | Extern]``: the steps in an order that respects every
 dependency. Each kernel lists the nodes it computes and, once closed, the ones it stores.
