@@ -59,7 +59,7 @@ class Mended:
     source: str = ""  # the rewritten function, for reading (``torchmux.frontends.mend.source_of``)
 
 
-_CACHE: weakref.WeakKeyDictionary[Any, Mended] = weakref.WeakKeyDictionary()
+_CACHE: weakref.WeakKeyDictionary[Any, dict[bool, Mended]] = weakref.WeakKeyDictionary()  # fn -> method? -> result
 
 
 class Rewrites:
@@ -164,14 +164,15 @@ def _is_user_code(fn: types.FunctionType) -> bool:
 
 def mend_function(fn: types.FunctionType, method: bool, depth: int = 0) -> Mended:
     """The mended version of ``fn`` (cached), or ``Mended(None)`` when nothing fired or it cannot be done."""
-    if fn in _CACHE:
-        return _CACHE[fn]
-    _CACHE[fn] = Mended(None)  # recursion guard: a function calling itself is followed once
+    known = _CACHE.setdefault(fn, {})
+    if method in known:
+        return known[method]
+    known[method] = Mended(None)  # recursion guard: a function calling itself is followed once
     try:
         result = _mend(fn, method, depth)
     except (OSError, TypeError, SyntaxError, IndentationError):  # no source, or not a plain def
         result = Mended(None)
-    _CACHE[fn] = result
+    known[method] = result
     return result
 
 
@@ -179,7 +180,8 @@ def source_of(fn: Any) -> str:
     """The rewritten source of ``fn`` (a function or method), or "" if mending changed nothing."""
     fn = getattr(fn, "__func__", fn)
     fn = getattr(fn, "_torchmux_mended_from", fn)
-    return mend_function(fn, method=inspect.ismethod(fn) or "." in fn.__qualname__).source
+    parts = fn.__qualname__.split(".")
+    return mend_function(fn, method=len(parts) > 1 and parts[-2] != "<locals>").source
 
 
 def _parse(fn: types.FunctionType) -> ast.FunctionDef | None:
