@@ -87,6 +87,7 @@ class TritonBackend(torchmux.Backend):
         "aten.argmax.default",
         "aten.prod.dim_int",
         "aten.cumsum.default",
+        "aten.any.dim",
         "aten.mm.default",
         "aten.bmm.default",
         "aten.addmm.default",

@@ -514,6 +514,9 @@ class _Emitter:
         if key == "argmax.default":  # the first maximal lane, as torch
             types = ["tl.int64"]
             outs = [self.new(f"tl.argmax(tl.where(kmask, {x}, float('-inf')), axis=1).to(tl.int64)[:, None]")]
+        elif key == "any.dim":
+            types = ["tl.int1"]
+            outs = [self.new(f"tl.max(tl.where(kmask, {x}, 0.0), axis=1)[:, None] != 0")]
         elif key == "prod.dim_int":
             self.helpers.add(_MUL)
             outs = [self.new(f"tl.reduce(tl.where(kmask, {x}, 1.0), 1, _tmx_mul)[:, None]")]

@@ -74,7 +74,7 @@ BATCH_NORM = "_native_batch_norm_legit_no_training.default"
 ROWWISE = frozenset({
     "sum.dim_IntList", "sum.default", "mean.dim", "mean.default", "amax.default", "amin.default",
     "var.correction", "_softmax.default", "_log_softmax.default", "native_layer_norm.default",
-    "argmax.default", "prod.dim_int", "cumsum.default",
+    "argmax.default", "prod.dim_int", "cumsum.default", "any.dim",
 })
 #: views that are index rewrites inside a kernel (and ATen aliases outside one)
 INDEX_VIEWS = frozenset({
@@ -290,7 +290,8 @@ def rowwise_domain(node: fx.Node) -> Domain:
 
 def _keepdim(node: fx.Node) -> bool:
     key = op_key(node)
-    if key in ("sum.dim_IntList", "mean.dim", "amax.default", "amin.default", "argmax.default", "prod.dim_int"):
+    if key in ("sum.dim_IntList", "mean.dim", "amax.default", "amin.default", "argmax.default", "prod.dim_int",
+               "any.dim"):
         return bool(node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False))
     if key == "var.correction":
         return bool(node.kwargs.get("keepdim", node.args[3] if len(node.args) > 3 else False))
@@ -323,7 +324,7 @@ def classify(node: fx.Node) -> str:
     if key in ROWWISE:
         if rowwise_domain(node).row_len > MAX_ROW:  # too long for one block: ATen reduces it
             return EXTERN
-        if not node.args[0].meta["val"].dtype.is_floating_point:  # integer sums and extrema: ATen
+        if not node.args[0].meta["val"].dtype.is_floating_point and key != "any.dim":  # integer sums and extrema: ATen
             return EXTERN
         if not rowwise_domain(node).reduced:  # a reduction of a 0-d tensor: nothing to reduce
             return EXTERN

@@ -125,12 +125,13 @@ def test_reductions_over_non_last_dims():
     assert compiled.kernel_count == 1
 
 
-def test_argmax_prod_and_cumsum_in_registers():
+def test_argmax_prod_cumsum_and_any_in_registers():
     x = rand(6, 45)
     run(lambda x: (x.argmax(-1), x.argmax(0, keepdim=True), x.argmax()), x)
     run(lambda x: (x * 0.1 + 1).prod(-1) + (x * 0.1 + 1).prod(0, keepdim=True).sum(), x)
     compiled, _ = run(lambda x: torch.exp(x.cumsum(1) * 0.1) * 2, x)
     assert compiled.kernel_count == 1
+    run(lambda x: ((x > 1).any(1), torch.logical_not(x > -2).any(0, keepdim=True)), x)
 
 
 def test_transposed_and_sliced_inputs_are_read_through_strides():
