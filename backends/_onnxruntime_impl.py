@@ -439,6 +439,8 @@ def _c_binding(session: ort.InferenceSession) -> Any:
 def _check_io(kind: str, args: Sequence[Any], specs: Sequence[TensorSpec | None]) -> list[tuple[str, type, TensorSpec]]:
     """Pair the session's inputs/outputs with the graph's specs; raise if any type or shape disagrees
     (binding memory of the wrong size or type would read or write garbage)."""
+    if len(args) != len(specs):
+        raise RuntimeError(f"the ONNX model has {len(args)} {kind}s; the graph has {len(specs)}")
     out = []
     for i, (arg, spec) in enumerate(zip(args, specs)):
         if spec is None or not spec.is_static:
