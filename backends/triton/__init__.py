@@ -92,6 +92,8 @@ class TritonBackend(torchmux.Backend):
         "aten.bmm.default",
         "aten.addmm.default",
         "aten.convolution.default",
+        "aten.max_pool2d_with_indices.default",
+        "aten.avg_pool2d.default",
         "aten._native_batch_norm_legit_no_training.default",
         "aten.native_layer_norm.default",
         "aten._softmax.default",

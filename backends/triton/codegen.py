@@ -41,8 +41,8 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from .fusion import GATHERS, GETITEM, MAX_ROW, POINTWISE, ROW, VIEW, ZERO, Idx, Index, Kernel, arg_requests, \
-    cat_spans, classify, gather_requests, op_key, pad_spans, row_index, shape_of
+from .fusion import GATHERS, GETITEM, MAX_ROW, POINTWISE, POOLS, ROW, VIEW, ZERO, Idx, Index, Kernel, arg_requests, \
+    cat_spans, classify, gather_requests, op_key, pad_spans, pool_params, pool_taps, row_index, shape_of
 
 __all__ = ["KernelSource", "BlockConfig", "generate", "block_config", "block_candidates", "compute_type", "RULES"]
 
@@ -437,6 +437,8 @@ class _Emitter:
             return self.pad_or_cat(node, index), out_t
         if key in GATHERS:
             return self.gathered(node, index)
+        if key in POOLS:
+            return self.pool(node, index), out_t
         types = operand_types(node)
         reqs = iter(arg_requests(node, index, self.dom) or [])
         args: list[str] = []
@@ -466,6 +468,36 @@ class _Emitter:
 
         reqs = gather_requests(node, index, data)
         return self.value(*reqs[-1])
+
+    def pool(self, node: fx.Node, index: Index) -> str:
+        """A 2-d pooling window, unrolled: one load per tap; padding taps are masked out by a where."""
+        is_max = op_key(node) == "max_pool2d_with_indices.default"
+        pad = "float('-inf')" if is_max else "0.0"
+        parts = []
+        for tap, conds in pool_taps(node, index):
+            v = cast(*self.value(node.args[0], None, tap), F32)
+            if "False" in conds:
+                v = pad
+            elif conds:
+                v = f"tl.where({' & '.join(conds)}, {v}, {pad})"
+            parts.append(v)
+        if is_max:
+            acc = parts[0]
+            for p in parts[1:]:
+                acc = self.new(f"tl.maximum({acc}, {p}, propagate_nan=tl.PropagateNan.ALL)")
+            return self.rounded(acc if acc not in parts else self.new(acc), shape_dtype(node))
+        kernel, _, _, _, _ = pool_params(node)
+        a = list(node.args) + [None] * 8
+        count_pad = True if a[5] is None else bool(a[5])
+        if a[6] is not None:
+            divisor = lit(float(a[6]))
+        elif count_pad:
+            divisor = lit(float(kernel[0] * kernel[1]))
+        else:  # the taps that are not padding
+            terms = [f"tl.where({' & '.join(c)}, 1.0, 0.0)" if c and "False" not in c else ("0.0" if c else "1.0")
+                     for _, c in pool_taps(node, index)]
+            divisor = self.new(" + ".join(terms))
+        return self.rounded(self.new(f"({' + '.join(parts)}) / {divisor}"), shape_dtype(node))
 
     def pad_or_cat(self, node: fx.Node, index: Index) -> str:
         """Loads at clamped (always valid) indices, then a ``tl.where`` on the position picks the answer."""

@@ -65,8 +65,9 @@ FUSIBLE_POINTWISE = frozenset({
     "logical_not.default", "where.self", "_to_copy.default", "clone.default", "alias.default",
     "full.default", "arange.start_step", "arange.start", "arange.default", "scalar_tensor.default",
     "_native_batch_norm_legit_no_training.default", "constant_pad_nd.default", "cat.default",
-    "embedding.default", "gather.default", "index.Tensor",
+    "embedding.default", "gather.default", "index.Tensor", "avg_pool2d.default", "max_pool2d_with_indices.default",
 })
+POOLS = frozenset({"avg_pool2d.default", "max_pool2d_with_indices.default"})
 #: ops that read at positions taken from an integer tensor
 GATHERS = frozenset({"embedding.default", "gather.default", "index.Tensor"})
 BATCH_NORM = "_native_batch_norm_legit_no_training.default"
@@ -173,6 +174,49 @@ def cat_spans(node: fx.Node) -> tuple[int, list[tuple[fx.Node, int, int]]]:
         spans.append((t, offset, size))
         offset += size
     return dim, spans
+
+
+def pool_params(node: fx.Node) -> tuple[list[int], list[int], list[int], list[int], bool]:
+    """(kernel, stride, padding, dilation, ceil_mode) of a 2-d pooling op, each a pair."""
+    a = list(node.args) + [None] * 8
+
+    def pair(v: Any, default: list[int]) -> list[int]:
+        if v is None or (isinstance(v, (list, tuple)) and len(v) == 0):
+            return default
+        v = list(v) if isinstance(v, (list, tuple)) else [v]
+        return v * 2 if len(v) == 1 else v
+
+    kernel = pair(a[1], [1, 1])
+    stride = pair(a[2], kernel)
+    padding = pair(a[3], [0, 0])
+    if op_key(node) == "avg_pool2d.default":
+        return kernel, stride, padding, [1, 1], bool(a[4])
+    return kernel, stride, padding, pair(a[4], [1, 1]), bool(a[5])
+
+
+def pool_taps(node: fx.Node, index: Index) -> list[tuple[Index, list[str]]]:
+    """Per window tap: the (clamped, always valid) input index, and the conditions that it is not padding."""
+    kernel, stride, padding, dilation, _ = pool_params(node)
+    in_shape = shape_of(node.args[0])
+    rank = len(in_shape)
+    taps = []
+    for a in range(kernel[0]):
+        for b in range(kernel[1]):
+            res, conds = list(index), []
+            for j, tap in ((0, a), (1, b)):
+                d = rank - 2 + j
+                i, shift, size = index[d], tap * dilation[j] - padding[j], in_shape[d]
+                pos = f"({i.code})*{stride[j]} + {shift}" if i != ZERO else str(shift)
+                if i == ZERO:
+                    res[d] = Idx(str(min(max(shift, 0), size - 1)))
+                    if not 0 <= shift < size:
+                        conds.append("False")
+                else:
+                    res[d] = Idx(f"tl.minimum(tl.maximum({pos}, 0), {size - 1})", i.dims)
+                    if padding[j]:
+                        conds.append(f"({pos} >= 0) & ({pos} < {size})")
+            taps.append((normalize(res, in_shape), conds))
+    return taps
 
 
 def gather_requests(node: fx.Node, index: Index, data: Any) -> list[tuple[fx.Node, int | None, Index]]:
@@ -333,7 +377,11 @@ def classify(node: fx.Node) -> str:
         return VIEW
     if key == "_to_copy.default" and any(k in node.kwargs for k in ("device", "layout")):
         return EXTERN
-    if key == BATCH_NORM and any(op_key(u) != "getitem" or u.args[1] != 0 for u in node.users):
+    if key in POOLS and pool_params(node)[4]:
+        return EXTERN  # ceil_mode windows: ATen
+    if key in (BATCH_NORM, "max_pool2d_with_indices.default") and any(
+        op_key(u) != "getitem" or u.args[1] != 0 for u in node.users
+    ):
         return EXTERN  # its saved statistics are wanted: ATen computes them
     if key == "cat.default" and any(0 in shape_of(t) or len(shape_of(t)) != len(shape_of(node)) for t in node.args[0]):
         return EXTERN  # legacy empty inputs
@@ -352,6 +400,8 @@ def arg_requests(node: fx.Node, index: Index, domain: Domain) -> list[tuple[fx.N
 
     None when some input cannot be read at a cheap index (a real reshape)."""
     kind = classify(node)
+    if kind == POINTWISE and op_key(node) in POOLS:
+        return [(node.args[0], None, tap) for tap, _ in pool_taps(node, index)]
     if kind == POINTWISE and op_key(node) in GATHERS:
         return gather_requests(node, index, _placeholder)
     if kind == POINTWISE and op_key(node) == "constant_pad_nd.default":

@@ -168,6 +168,13 @@ def test_embedding_index_and_gather_read_at_loaded_positions():
     run(lambda x, i: torch.gather(x.exp(), 1, i) + 1, x, torch.randint(0, 8, (6, 3), device=DEVICE))
 
 
+def test_pooling_windows_are_unrolled_loads():
+    img = rand(2, 3, 9, 8)
+    compiled, _ = run(lambda x: torch.relu(F.max_pool2d(x * 2, 3, 2, 1)), img)
+    assert compiled.kernel_count == 1
+    run(lambda x: F.avg_pool2d(x, 3, 2, 1) + F.avg_pool2d(x, 3, 2, 1, count_include_pad=False), img)
+
+
 def test_non_fusible_view_splits_the_kernel_and_stays_correct():
     x = rand(4, 6, 8)
     compiled, ir = run(lambda x: torch.softmax((x + 1).reshape(4, 48), -1), x)
@@ -246,10 +253,10 @@ def test_without_interpreter_or_gpu_the_reason_says_what_to_do():
 def test_claims_only_what_the_generator_handles():
     b = TritonBackend()
     assert "aten._softmax.default" in b.ops and "aten.mm.default" in b.ops
-    assert "aten.avg_pool2d.default" not in b.ops  # no lowering: runs eagerly via the partitioner
-    ir = trace(lambda x: F.max_pool2d(F.avg_pool2d(x.unsqueeze(0), 2), 2), [rand(3, 8, 8)], name="unclaimed")
+    assert "aten.native_group_norm.default" not in b.ops  # no lowering: runs eagerly via the partitioner
+    ir = trace(lambda x: F.group_norm(x.unsqueeze(0), 2), [rand(4, 8, 8)], name="unclaimed")
     supported = {op_key(n).split(".")[0]: b.supports(n) for n in ir.op_nodes}
-    assert supported["avg_pool2d"] is False and supported["max_pool2d_with_indices"] is False
+    assert supported["native_group_norm"] is False
     assert supported["unsqueeze"] is True
 
 
