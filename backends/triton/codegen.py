@@ -572,16 +572,20 @@ class _Emitter:
             e = self.new(f"tl.exp({z})")
             s = total(e)
             outs = [self.new(f"{e} / {s}" if key == "_softmax.default" else f"{z} - tl.log({s})")]
-        elif key == "native_layer_norm.default":
+        elif key in ("native_layer_norm.default", "native_group_norm.default"):
+            layer = key == "native_layer_norm.default"
+            a = node.args
+            eps, weight, bias = (a[4], a[2], a[3]) if layer else (a[7], a[1], a[2])
             mean = self.new(f"{total(x)} / {lit(n)}")
             d = self.new(f"tl.where(kmask, {x} - {mean}, 0.0)")
             var = self.new(f"{total(f'{d} * {d}')} / {lit(n)}")
-            rstd = self.new(f"1.0 / tl.sqrt({var} + {lit(float(node.args[4]))})")
+            rstd = self.new(f"1.0 / tl.sqrt({var} + {lit(float(eps))})")
             y = self.new(f"{d} * {rstd}")
-            for a in reqs[1:]:
-                w, wt = self.value(*a)
-                op = "*" if a[0] is node.args[2] else "+"
-                y = self.new(f"{y} {op} {cast(w, wt, F32)}")
+            affine = {id(a[0]): a for a in reqs[1:]}
+            for arg, op in ((weight, "*"), (bias, "+")):
+                if isinstance(arg, fx.Node):
+                    w, wt = self.value(*affine[id(arg)])
+                    y = self.new(f"{y} {op} {cast(w, wt, F32)}")
             outs = [y, mean, rstd]
         else:  # pragma: no cover - fusion.ROWWISE and this list agree
             raise NotImplementedError(key)

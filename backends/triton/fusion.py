@@ -75,8 +75,9 @@ BATCH_NORM = "_native_batch_norm_legit_no_training.default"
 ROWWISE = frozenset({
     "sum.dim_IntList", "sum.default", "mean.dim", "mean.default", "amax.default", "amin.default",
     "var.correction", "_softmax.default", "_log_softmax.default", "native_layer_norm.default",
-    "argmax.default", "prod.dim_int", "cumsum.default", "any.dim",
+    "argmax.default", "prod.dim_int", "cumsum.default", "any.dim", "native_group_norm.default",
 })
+GROUP_NORM = "native_group_norm.default"
 #: views that are index rewrites inside a kernel (and ATen aliases outside one)
 INDEX_VIEWS = frozenset({
     "permute.default", "t.default", "transpose.int", "expand.default", "unsqueeze.default", "squeeze.dim",
@@ -317,6 +318,9 @@ def rowwise_domain(node: fx.Node) -> Domain:
     key = op_key(node)
     shape = shape_of(node.args[0])
     rank = len(shape)
+    if key == GROUP_NORM:  # [N, C, *spatial] seen as [N, G, C/G, *spatial], reducing all but N and G
+        groups = node.args[6]
+        return Domain((shape[0], groups, shape[1] // groups) + shape[2:], tuple(range(2, rank + 1)))
     if key in ("sum.default", "mean.default"):
         dims = list(range(rank))
     elif key in ("_softmax.default", "_log_softmax.default", "prod.dim_int", "cumsum.default"):
@@ -351,7 +355,19 @@ def row_index(node: fx.Node, output: int, domain: Domain) -> Index:
         return domain.full_index()
     if key == "native_layer_norm.default":
         return domain.row_index(keepdim=True)
+    if key == GROUP_NORM:
+        return group_norm_input_index(node, domain) if output == 0 else domain.row_index(keepdim=False)
     return domain.row_index(_keepdim(node))
+
+
+def group_norm_input_index(node: fx.Node, domain: Domain) -> Index:
+    """The [N, C, *spatial] index of the group-norm domain's element (n, g, c, *spatial): channel g*C/G + c."""
+    full = domain.full_index()
+    per_group = domain.shape[2]
+    g, c = full[1], full[2]
+    parts = ([f"({g.code})*{per_group}"] if g != ZERO else []) + ([f"({c.code})"] if c != ZERO else [])
+    channel = Idx(" + ".join(parts), g.dims | c.dims) if parts else ZERO
+    return normalize((full[0], channel) + full[3:], shape_of(node.args[0]))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -433,6 +449,10 @@ def arg_requests(node: fx.Node, index: Index, domain: Domain) -> list[tuple[fx.N
             for a in node.args[2:4]:
                 if isinstance(a, fx.Node):
                     reqs.append((a, None, _broadcast(full, domain.shape, shape_of(a))))
+        if op_key(node) == GROUP_NORM:
+            x_index = group_norm_input_index(node, domain)
+            reqs = [(x, None, x_index)] + [(a, None, normalize(x_index[1:2], shape_of(a)))
+                                           for a in node.args[1:3] if isinstance(a, fx.Node)]
         return reqs
     return None
 
@@ -462,6 +482,8 @@ def _index_candidates(node: fx.Node, domain: Domain) -> list[Index]:
     """Indices that visit every element of ``node`` exactly once (broadcast dims are masked to 0)."""
     if classify(node) == ROW:
         return [row_index(node, 0, domain)]
+    if classify(node) == GETITEM and classify(node.args[0]) == ROW:
+        return [row_index(node.args[0], node.args[1], domain)]
     shape = shape_of(node)
     out: list[Index] = []
     if domain.reduced:

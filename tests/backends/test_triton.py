@@ -97,6 +97,13 @@ def test_rms_norm_is_one_kernel(dtype):
     assert compiled.kernel_count == 1 and len(ir.op_nodes) == 6
 
 
+def test_group_norm_regroups_channels_in_the_index():
+    x, w, b = rand(2, 6, 5, 4), rand(6), rand(6)
+    compiled, _ = run(lambda x, w, b: torch.relu(F.group_norm(x, 3, w, b)), x, w, b)
+    assert compiled.kernel_count == 2  # the norm, then the relu (it reads [N, C, ...], the norm [N, G, C/G, ...])
+    run(lambda x: torch.ops.aten.native_group_norm(x, None, None, 2, 6, 20, 3, 1e-5), x)  # with its statistics
+
+
 def test_residual_add_then_norms_share_a_kernel():
     x, y, w, b = rand(4, 50, 64), rand(4, 50, 64), rand(64), rand(64)
 
@@ -253,11 +260,10 @@ def test_without_interpreter_or_gpu_the_reason_says_what_to_do():
 def test_claims_only_what_the_generator_handles():
     b = TritonBackend()
     assert "aten._softmax.default" in b.ops and "aten.mm.default" in b.ops
-    assert "aten.native_group_norm.default" not in b.ops  # no lowering: runs eagerly via the partitioner
-    ir = trace(lambda x: F.group_norm(x.unsqueeze(0), 2), [rand(4, 8, 8)], name="unclaimed")
+    assert "aten.native_dropout.default" not in b.ops  # no lowering: runs eagerly via the partitioner
+    ir = trace(lambda x: torch.nn.functional.dropout(x, 0.5, training=True).unsqueeze(0), [rand(8, 8)], name="unclaimed")
     supported = {op_key(n).split(".")[0]: b.supports(n) for n in ir.op_nodes}
-    assert supported["native_group_norm"] is False
-    assert supported["unsqueeze"] is True
+    assert supported["unsqueeze"] is True and not all(supported.values())
 
 
 # ------------------------------------------------------------------------------------------------
