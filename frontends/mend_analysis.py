@@ -104,11 +104,16 @@ def name_node(id: str, store: bool = False) -> ast.Name:
 
 
 def located(new: Any, old: ast.AST) -> Any:
-    """Give the nodes of ``new`` that have no location ``old``'s, so errors point at the user's line."""
+    """Place the generated nodes of ``new`` (those without a location) at the start of ``old``'s line.
+
+    One line, not ``old``'s whole span: CPython places a method call at its attribute's *end*, so a
+    span ending lines later would move the instruction to the wrong line.
+    """
+    line, col = getattr(old, "lineno", 1), getattr(old, "col_offset", 0)
     for n in new if isinstance(new, list) else [new]:
         for sub in ast.walk(n):
             if isinstance(sub, (ast.expr, ast.stmt)) and getattr(sub, "lineno", None) is None:
-                ast.copy_location(sub, old)
+                sub.lineno, sub.col_offset, sub.end_lineno, sub.end_col_offset = line, col, line, col
     return new
 
 

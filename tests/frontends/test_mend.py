@@ -364,3 +364,24 @@ def test_remaining_break_names_users_file_and_line() -> None:
     assert report.graph_break_count >= 1
     assert any(r.filename == HERE and r.lineno == line for r in report.break_reasons), [str(r) for r in report.break_reasons]
     assert any(r.startswith(f"{HERE}:{line - 1}: print") for r in report.rewrites), report.rewrites
+
+
+def test_breaks_after_breaks_keep_their_lines() -> None:
+    """Dynamo's resume functions of mended code still map every instruction to the user's line."""
+
+    def g(y):
+        if (y.abs() > 1e4).any():  # stays (a loop follows): a break, then a resume function
+            raise ValueError("big")
+        if y.sum() > 0:
+            y = y.relu()
+        else:
+            y = y.tanh()
+        while y.norm() > 1:
+            y = y / 2
+        return y
+
+    first = g.__code__.co_firstlineno
+    with torch.no_grad():
+        report = explain(g, torch.full((4,), 3.0))
+    assert {r.lineno - first for r in report.break_reasons} == {1, 7}, [str(r) for r in report.break_reasons]
+    assert all(r.line.strip() for r in report.break_reasons)
