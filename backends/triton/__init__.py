@@ -1,14 +1,18 @@
 """torchmux's own Triton fusion code generator (the cheap part: what it claims, where it runs).
 
-Pointwise ops, broadcasts and reductions (sum, mean, amax, amin, var, softmax, log_softmax, layer
-norm, and RMS norm as the pattern of those) are grouped into fused kernels (fusion.py), written out as
-Triton source (codegen.py), compiled with ``triton.jit`` and launched (runtime.py). Matmuls and
-convolutions run as ATen calls between the kernels. Nothing here imports triton: compile() does.
+Pointwise ops, broadcasts and reductions (sum, mean, amax, amin, var, argmax, prod, any, cumsum;
+softmax, log_softmax, layer norm, group norm, and RMS norm as the pattern of those), padding,
+concatenation, gathers (embedding, ``x[i]``, gather), pooling windows and inference batch norm are
+grouped into fused kernels (fusion.py), written out as Triton source (codegen.py), compiled with
+``triton.jit`` and launched (runtime.py). Matmuls and convolutions run as ATen calls between the
+kernels. Nothing here imports triton: compile() does.
 
 On a CPU the kernels run in Triton's interpreter when ``TRITON_INTERPRET=1`` was set before triton was
 imported: exact and slow, for testing, so ``auto`` never picks this backend there.
-"""
 
+Options: ``mode="max-autotune"`` or ``options={"triton.autotune": True}`` times a few block sizes per
+kernel at compile time instead of trusting the heuristic.
+"""
 from __future__ import annotations
 
 import os
