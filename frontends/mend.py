@@ -23,8 +23,10 @@ around each compiled call only: ``capture_scalar_outputs`` (``.item()`` in the g
 
 from __future__ import annotations
 
+import __future__
 import ast
 import contextlib
+import copy
 import functools
 import inspect
 import os
@@ -45,7 +47,7 @@ from .rewrites import rewrite
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep  # torchmux.frontends: the runtime helpers
 _PRIVATE = re.compile(r"^__\w*[^_]_?$")  # a name Python would mangle inside a class body
-_INTROSPECTION = {"locals", "vars", "exec", "eval", "_getframe", "currentframe", "stack"}
+_INTROSPECTION = {"locals", "vars", "exec", "eval", "_getframe", "currentframe"}
 _MAX_DEPTH = 4  # how deep global helper calls are followed
 
 
@@ -102,14 +104,19 @@ def mend(model: Any) -> tuple[Any, Rewrites]:
             _install(m, notes)
         return model, Rewrites(notes)
     if isinstance(model, types.MethodType) and isinstance(model.__func__, types.FunctionType):
-        done = mend_function(model.__func__, method=True)
+        done = mend_function(_original(model.__func__), method=True)
         if done.func is None:
             return model, Rewrites([])
         return types.MethodType(done.func, model.__self__), Rewrites(done.notes)
     if isinstance(model, types.FunctionType):
-        done = mend_function(model, method=False)
+        done = mend_function(_original(model), method=False)
         return (done.func or model), Rewrites(done.notes)
     return model, Rewrites([])
+
+
+def _original(fn: types.FunctionType) -> types.FunctionType:
+    """The user's function behind a mended one (mending twice gives the same function and notes)."""
+    return getattr(fn, "_torchmux_mended_from", fn)
 
 
 @contextlib.contextmanager
@@ -206,7 +213,7 @@ def _parse(fn: types.FunctionType) -> ast.FunctionDef | None:
             return None
     ast.increment_lineno(tree, first - 1)
     fdef.decorator_list = []  # they returned ``fn`` itself (no __wrapped__, same code object)
-    return fdef
+    return fdef if _same_code(fn, fdef) else None
 
 
 def _mend(fn: types.FunctionType, method: bool, depth: int) -> Mended:
@@ -245,22 +252,48 @@ def _follow_globals(fdef: ast.FunctionDef, ctx: Context, injected: dict[str, Any
         ctx.notes.extend(done.notes)
 
 
-def _build(fn: types.FunctionType, fdef: ast.FunctionDef, injected: dict[str, Any]) -> types.FunctionType:
-    """Compile ``fdef`` at the user's file and lines, with ``fn``'s globals, defaults and closure cells."""
-    code = fn.__code__
-    free = list(code.co_freevars)
-    params = free + [n for n in injected if n not in free]
-    body: list[ast.stmt] = []
-    if "__class__" in free:  # zero-argument super() needs a __class__ cell
-        body.append(ast.If(ast.Constant(False), [ast.Expr(ast.Name("__class__", ast.Load()))], []))
-    body += [fdef, ast.Return(ast.Name(fdef.name, ast.Load()))]
+_FUTURE_FLAGS = functools.reduce(lambda a, b: a | b, (getattr(__future__, f).compiler_flag for f in __future__.all_feature_names))
+
+
+def _compile_inner(fn: types.FunctionType, fdef: ast.FunctionDef, params: list[str]) -> types.CodeType:
+    """The code object of ``fdef`` compiled inside ``def _mend_factory(*params)``, so that ``fn``'s free
+    variables and the injected names are closure cells; with ``fn``'s file name and ``__future__`` flags."""
+    fdef.name = "_mend_inner"  # not the user's name: a recursive call must still find the global
     factory = ast.FunctionDef("_mend_factory", ast.arguments([], [ast.arg(p) for p in params], None, [], [], None, []),
-                              body, [], None, **({"type_params": []} if hasattr(ast, "TypeAlias") else {}))
+                              [fdef, ast.Return(ast.Name(fdef.name, ast.Load()))], [], None,
+                              **({"type_params": []} if hasattr(ast, "TypeAlias") else {}))
     ast.copy_location(factory, fdef)
     module = ast.fix_missing_locations(ast.Module([factory], []))
-    top = compile(module, code.co_filename, "exec", dont_inherit=True)
+    top = compile(module, fn.__code__.co_filename, "exec", flags=fn.__code__.co_flags & _FUTURE_FLAGS, dont_inherit=True)
     fcode = next(c for c in top.co_consts if isinstance(c, types.CodeType) and c.co_name == "_mend_factory")
-    inner = next(c for c in fcode.co_consts if isinstance(c, types.CodeType) and c.co_name == fdef.name)
+    inner = next(c for c in fcode.co_consts if isinstance(c, types.CodeType) and c.co_name == "_mend_inner")
+    names = {"co_name": fn.__code__.co_name}
+    if hasattr(fn.__code__, "co_qualname"):  # Python 3.11+
+        names["co_qualname"] = fn.__code__.co_qualname
+    return inner.replace(**names)
+
+
+def _same_code(fn: types.FunctionType, fdef: ast.FunctionDef) -> bool:
+    """True if the source read for ``fn`` is the source ``fn`` was compiled from (the file was not edited).
+
+    Compares names, constants and lines, not bytecode: compiled alone, ``module.f()`` becomes a method
+    call where the module's own compilation knew ``module`` was an import.
+    """
+    mine = _compile_inner(fn, copy.deepcopy(fdef), list(fn.__code__.co_freevars))
+    return _fingerprint(mine, fn.__code__.co_name) == _fingerprint(fn.__code__, fn.__code__.co_name)
+
+
+def _fingerprint(code: types.CodeType, name: str) -> tuple[Any, ...]:
+    consts = tuple(_fingerprint(c, c.co_name) if isinstance(c, types.CodeType) else repr(c) for c in code.co_consts)
+    lines = tuple(sorted({line for _, _, line in code.co_lines() if line is not None}))
+    return (name, code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars, code.co_argcount,
+            code.co_kwonlyargcount, consts, lines)
+
+
+def _build(fn: types.FunctionType, fdef: ast.FunctionDef, injected: dict[str, Any]) -> types.FunctionType:
+    """Compile ``fdef`` at the user's file and lines, with ``fn``'s globals, defaults and closure cells."""
+    free = list(fn.__code__.co_freevars)
+    inner = _compile_inner(fn, copy.deepcopy(fdef), free + [n for n in injected if n not in free])
     cells = dict(zip(free, fn.__closure__ or ()))
     closure = tuple(cells[n] if n in cells else types.CellType(injected[n]) for n in inner.co_freevars)
     new = types.FunctionType(inner, fn.__globals__, fn.__name__, fn.__defaults__, closure)

@@ -1,26 +1,27 @@
-"""The AST rewrites that remove graph breaks from one function (see :mod:`torchmux.frontends.mend`).
+"""The mend pass over one function: rules 2-4 here, rule 1 in :mod:`torchmux.frontends.mend_effects`.
 
-``rewrite(fdef, ctx)`` takes the ``ast.FunctionDef`` of a user function and returns the number of
-rewrites applied (``ctx.notes`` says which, where). The rewritten code calls helpers from
-:mod:`torchmux.frontends._mend_runtime`, reachable as the free variable ``_mend_rt``. Rules:
+``rewrite(fdef, ctx)`` rewrites the ``ast.FunctionDef`` of a user function in place and returns how
+many rewrites it applied (``ctx.notes``: which, where). The new code calls helpers from
+:mod:`torchmux.frontends._mend_runtime`, reachable as the free variable ``_mend_rt``.
 
-1. **Deferred effects.** ``print(...)``, ``warnings.warn(...)`` and ``<logger>.info/...(...)`` as a
-   statement become ``_mend_rt.deferred(key, *values)``; Dynamo moves that call after the graph (it is
-   registered in ``reorderable_logging_functions``) and it replays the call with the user's text,
-   file and line. f-strings and ``.item()``/``.tolist()`` inside the arguments are taken apart so the
-   tensor travels out of the graph and is formatted afterwards.
+1. **Deferred effects.** ``print``, ``warnings.warn`` and logging calls as statements are replayed
+   after the graph with the user's text, file and line (see ``mend_effects``).
 2. **.item()/.tolist() for logging.** ``m = t.item()`` where ``m`` is only logged (or never used)
    keeps ``m`` a tensor; the conversion happens when the log is replayed.
-3. **Checks.** ``if c: raise E(msg)`` and ``assert c, msg`` at the top of a function whose remaining
-   statements have no side effect become a deferred check that raises ``E(msg)`` after the graph.
-4. **Tensor if/else.** An ``if`` whose branches only assign pure expressions to names (or return
-   one), including an early ``if c: return a`` followed by the rest of the function, becomes
-   ``torch.where`` when both branches are pure, ``torch.cond`` when a branch draws random numbers or
-   needs autograd. The test is guarded at run time: when the condition is not a one-element tensor,
-   or a called module is not a known side-effect-free one, the original statements run.
+3. **Checks.** ``if c: raise E(msg)`` / ``if not c: raise E(msg)`` / ``assert c, msg`` at the top of a
+   function whose remaining statements have no side effect, draw no random numbers and cannot raise
+   on some data become a check that raises ``E(msg)`` after the graph (later deferred prints do not
+   appear when it fails).
+4. **Tensor if/else.** An ``if`` whose branches only assign pure expressions to names, log, or return
+   one value, including an early ``if c: return a`` followed by the rest of the function, becomes
+   ``torch.where`` (both branches run) when neither branch draws random numbers or can raise on some
+   data and nothing needs gradients; otherwise ``torch.cond`` (only the taken branch runs).
 
-Nothing is rewritten that cannot be shown safe from the source: unknown calls, attribute or item
-stores, in-place methods, loops with data-dependent bounds and nested functions are left as written.
+Every rewrite keeps the user's statements behind a guard decided while Dynamo traces: when the test
+is not a one-element tensor, or a ``self.<module>`` call is not a known side-effect-free module, the
+original code runs. Nothing is rewritten that cannot be shown safe from the source: unknown calls,
+attribute or item stores, in-place methods, nested statements in branches, and nested functions are
+left as written.
 """
 
 from __future__ import annotations

@@ -227,6 +227,24 @@ def test_no_source_means_no_change() -> None:
     assert torch.equal(compiled(f)(torch.ones(3)), torch.full((3,), 2.0))
 
 
+def test_edited_source_file_means_no_change(tmp_path, monkeypatch) -> None:
+    """The file on disk no longer holds the code that runs: its source must not be compiled instead."""
+    import importlib
+    import linecache
+
+    path = tmp_path / "edited_model.py"
+    path.write_text("import torch\n\n\ndef f(x):\n    if x.sum() > 0:\n        return x + 1\n    return x - 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("edited_model")
+    assert mend(module.f)[0] is not module.f  # the file matches: rewritten
+    path.write_text("import torch\n\n\ndef f(x):\n    if x.sum() > 0:\n        return x + 100\n    return x - 1\n")
+    linecache.checkcache(str(path))
+    namespace: dict = {}
+    exec(compile(path.read_text().replace("100", "1"), str(path), "exec"), namespace)  # the code that runs: + 1
+    assert mend(namespace["f"])[0] is namespace["f"]
+    assert torch.equal(compiled(namespace["f"])(torch.ones(2)), torch.full((2,), 2.0))
+
+
 def test_impure_branches_are_left_alone() -> None:
     class Counter(nn.Module):
         def __init__(self) -> None:
