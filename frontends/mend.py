@@ -31,7 +31,6 @@ import functools
 import inspect
 import os
 import re
-import textwrap
 import types
 import warnings
 import weakref
@@ -199,19 +198,22 @@ def _parse(fn: types.FunctionType) -> ast.FunctionDef | None:
     if hasattr(fn, "__wrapped__"):  # a decorator's wrapper: the wrapped function cannot be re-wrapped safely
         return None
     lines, first = inspect.getsourcelines(fn)
-    tree = ast.parse(textwrap.dedent("".join(lines)))
-    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
+    text = "".join(lines)
+    indented = text[:1] in (" ", "\t")  # a method: parse it inside a block (dedenting would change string literals)
+    tree = ast.parse("if True:\n" + text if indented else text)
+    body = tree.body[0].body if indented and isinstance(tree.body[0], ast.If) else tree.body
+    if len(body) != 1 or not isinstance(body[0], ast.FunctionDef):
         return None
-    fdef = tree.body[0]
+    fdef = body[0]
     if fdef.name != code.co_name or first != code.co_firstlineno:
         return None
+    ast.increment_lineno(fdef, first - 2 if indented else first - 1)
     for n in ast.walk(fdef):
         name = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else None
         if name and _PRIVATE.match(name):  # mangled by the class body; recompiling would not mangle it
             return None
         if name in _INTROSPECTION:  # sees the frame's locals, which the rewrite changes
             return None
-    ast.increment_lineno(tree, first - 1)
     fdef.decorator_list = []  # they returned ``fn`` itself (no __wrapped__, same code object)
     return fdef if _same_code(fn, fdef) else None
 
