@@ -266,6 +266,44 @@ def test_claims_only_what_the_generator_handles():
     assert supported["unsqueeze"] is True and not all(supported.values())
 
 
+_GPU_SCRIPT = """
+import torch, torch.nn.functional as F
+from torchmux.core.trace import trace
+from torchmux.core.compare import mismatch
+from torchmux.backends.triton.runtime import compile_graph, interpreting
+assert not interpreting()
+def chain10(x, scale, shift):
+    y = x * scale + shift
+    y = torch.sigmoid(y) * y
+    y = torch.tanh(y) + 0.5 * y
+    y = torch.exp(-y.abs()) * y - 0.1
+    return torch.relu(y) + x
+for dtype in (torch.float32, torch.float16, torch.bfloat16):
+    r = lambda *s: torch.randn(s, device="cuda").to(dtype)
+    for fn, args in [
+        (chain10, (r(64, 3000), r(3000), r(64, 1))),
+        (lambda x: torch.softmax(x, -1), (r(300, 1000),)),
+        (lambda x, w, b: F.layer_norm(x, (768,), w, b), (r(4, 100, 768), r(768), r(768))),
+        (lambda x: (x.t() * 2).sum(0) + x.amax(1), (r(500, 500),)),
+        (lambda w, i: F.embedding(i, w).cumsum(1), (r(100, 64), torch.randint(0, 100, (8, 16), device="cuda"))),
+    ]:
+        ir = trace(fn, args)
+        compiled = compile_graph(ir, args)
+        err = mismatch(compiled(*args), ir.run_reference(*args))
+        assert err is None, (dtype, err)
+print("gpu ok")
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: compiles real Triton kernels")
+def test_compiled_kernels_on_the_gpu():
+    """The same code generator, compiled for the GPU (not interpreted): a subprocess without TRITON_INTERPRET."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", _GPU_SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and "gpu ok" in out.stdout, out.stderr[-3000:]
+
+
 # ------------------------------------------------------------------------------------------------
 # Hugging Face models through torchmux.compile
 # ------------------------------------------------------------------------------------------------
