@@ -100,8 +100,14 @@ def _pow(x: str, y: str) -> str:
 def _pow_scalar(a: list[str], n: fx.Node) -> str:
     x, e = a[0], n.args[1]
     table = {1: x, 2: f"({x} * {x})", 3: f"({x} * {x} * {x})", 4: f"(({x} * {x}) * ({x} * {x}))",
-             0.5: f"tl.sqrt({x})", -1: f"(1.0 / {x})", -0.5: f"tl.rsqrt({x})", 0: f"({x} * 0.0 + 1.0)"}
-    return table.get(e, _pow(x, lit(float(e))))
+             0.5: f"tl.sqrt({x})", -1: f"(1.0 / {x})", -0.5: f"tl.rsqrt({x})", 0: f"tl.where({x} == {x}, 1.0, 1.0)"}
+    if e in table:
+        return table[e]
+    # a constant exponent: decide integer/odd here, so no Triton op runs on a Python constant
+    mag = f"tl.exp2({lit(float(e))} * tl.log2(tl.abs({x})))"
+    if float(e).is_integer():
+        return f"tl.where({x} < 0, -{mag}, {mag})" if int(e) % 2 else mag
+    return f"tl.where({x} < 0, float('nan'), {mag})"
 
 
 def _round(x: str) -> str:  # half to even, as torch.round

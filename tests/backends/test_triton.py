@@ -202,6 +202,12 @@ def test_batch_norm_relu_and_repeated_operands_fuse():
     assert compiled.kernel_count == 1
 
 
+def test_constant_exponents():
+    x = rand(4, 9)
+    x[0, 0] = 0.0
+    run(lambda x: (x ** 2.5, x ** -1.5, x ** -2, x ** 5, x ** 0, x ** 0.5, x ** -3), x)
+
+
 def test_integer_and_bool_values_flow_through():
     x, y = rand(5, 9), rand(5, 9)
     run(lambda x, y: torch.where(x > y, (x * 4).to(torch.int32), torch.arange(9, dtype=torch.int32)), x, y)
