@@ -254,9 +254,19 @@ def merge(p: torch.Tensor, a: Any, b: Any) -> Any:
 COND = True
 
 
+#: how many times Dynamo traced a torch.cond of ours (``mend.scoped`` retries a failed trace only then)
+COND_TRACES = 0
+
+
+def _count_cond() -> None:
+    global COND_TRACES
+    COND_TRACES += 1
+
+
 def cond(p: torch.Tensor, true_fn: Callable[[], Any], false_fn: Callable[[], Any]) -> Any:
     """``torch.cond`` when Dynamo traces; a plain if when Python runs the code (eagerly)."""
     if COND and torch.compiler.is_compiling():
+        comptime(lambda ctx: _count_cond())
         return torch.cond(as_bool(p), lambda: fresh(true_fn()), lambda: fresh(false_fn()), ())
     return true_fn() if p else false_fn()
 

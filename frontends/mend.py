@@ -325,12 +325,13 @@ def scoped(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
         with switches():
+            traces = rt.COND_TRACES
             try:
                 return fn(*args, **kwargs)
-            except torch._dynamo.exc.UncapturedHigherOrderOpError as e:
-                if not rt.COND:
+            except Exception as e:
+                if not (rt.COND and rt.COND_TRACES > traces and isinstance(e, torch._dynamo.exc.TorchDynamoException)):
                     raise
-                # torch.cond refused a rewritten if/else while Dynamo traced it (before the frame ran):
+                # torch.cond refused a rewritten if/else while Dynamo traced it (the frame had not run):
                 # branch in Python instead (a graph break, as without the rewrite) and trace again
                 rt.COND = False
                 warnings.warn(f"torchmux: torch.cond refused a rewritten tensor if/else ({str(e).splitlines()[0]}); "

@@ -245,6 +245,29 @@ def test_edited_source_file_means_no_change(tmp_path, monkeypatch) -> None:
     assert torch.equal(compiled(namespace["f"])(torch.ones(2)), torch.full((2,), 2.0))
 
 
+def test_torch_cond_refusal_falls_back_to_python(monkeypatch) -> None:
+    """Branches torch.cond cannot join (float32 vs float64): the if runs in Python, same answer."""
+    from torchmux.frontends import _mend_runtime
+
+    monkeypatch.setattr(_mend_runtime, "COND", True)  # the fallback turns it off for the process
+
+    def f(x):
+        if x.sum() > 0:
+            y = torch.rand(3)  # random: only torch.cond may run it
+        else:
+            y = torch.zeros(3, dtype=torch.float64)
+        return y + x
+
+    torch.manual_seed(0)
+    want = f(torch.ones(3))
+    fast = compiled(f)
+    torch.manual_seed(0)
+    with pytest.warns(UserWarning, match="torch.cond refused"):
+        got = fast(torch.ones(3))
+    assert torch.equal(got, want)
+    assert _mend_runtime.COND is False
+
+
 def test_impure_branches_are_left_alone() -> None:
     class Counter(nn.Module):
         def __init__(self) -> None:
