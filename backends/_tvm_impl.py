@@ -29,6 +29,7 @@ apache-tvm-ffi 0.1.15, serializing a TensorIR module (``tvm.ir.save_json``) cras
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import inspect
 import json
@@ -193,8 +194,52 @@ def to_relax(ir: torchmux.GraphIR, example_inputs: Sequence[torch.Tensor]) -> tv
     args = tuple(t.detach().contiguous() for t in example_inputs)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.export's and TVM's deprecation notices
-        program = torch.export.export(_AtenProgram(ir.gm), args, strict=False)
-        return from_exported_program(program)
+        program = torch.export.export(_AtenProgram(_without_empty_cat_inputs(ir.gm)), args, strict=False)
+        return from_exported_program(program, custom_convert_map=_EXTRA_CONVERTERS)
+
+
+def _without_empty_cat_inputs(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """``aten.cat`` skips 1-D empty tensors whatever the other inputs' rank (a legacy rule that an empty
+    KV cache relies on, in GPT-2); TVM's concat refuses mixed ranks. A copy of ``gm`` without them."""
+
+    def legacy_empty(a: Any) -> bool:
+        val = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+        return isinstance(val, torch.Tensor) and val.dim() == 1 and val.numel() == 0
+
+    cats = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is torch.ops.aten.cat.default
+            and any(legacy_empty(a) for a in n.args[0]) and not all(legacy_empty(a) for a in n.args[0])]
+    if not cats:
+        return gm
+    gm = copy.deepcopy(gm)
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.aten.cat.default:
+            kept = [a for a in node.args[0] if not legacy_empty(a)]
+            if kept and len(kept) < len(node.args[0]):
+                node.args = (kept, *node.args[1:])
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return gm
+
+
+def _reduction(op_name: str) -> Any:
+    """A converter for a Core ATen reduction TVM's frontend lacks: ``op(x, dims=[], keepdim=False)``."""
+
+    def convert(node: torch.fx.Node, importer: Any) -> relax.Var:
+        args = importer.retrieve_args(node)
+        x = args[0]
+        dims = args[1] if len(args) > 1 else node.kwargs.get("dim", None)
+        if isinstance(dims, int):
+            dims = [dims]
+        if isinstance(dims, (list, tuple)) and len(dims) == 0:
+            dims = None  # an empty list means every dimension
+        keepdim = bool(args[2] if len(args) > 2 else node.kwargs.get("keepdim", False))
+        return importer.block_builder.emit(getattr(relax.op, op_name)(x, dims, keepdim))
+
+    return convert
+
+
+# ATen reductions missing from TVM 0.27's PyTorch frontend (prod only without a dtype argument)
+_EXTRA_CONVERTERS = {"amax.default": _reduction("max"), "amin.default": _reduction("min"), "prod.dim_int": _reduction("prod")}
 
 
 # ------------------------------------------------------------------------------------------------
