@@ -14,6 +14,8 @@ invariants, checked by :meth:`GraphIR.lint`:
    graph by AOTAutograd, which applies them after the graph ran.
 3. *Typed values.* Every placeholder and every op node carries ``node.meta["val"]`` (a FakeTensor, a
    SymInt or a tuple of those) from which :class:`TensorSpec` reads shape, dtype, device and strides.
+   The one exception: run-time checks (``aten._assert_scalar``, ``aten._assert_async``) return nothing,
+   are used by nothing, and carry no value.
 4. *Flat signature.* Placeholders are positional tensors (or SymInts); the output node returns a flat
    tuple of tensors. Parameters and buffers are *lifted*: they are placeholders like user inputs, and
    :attr:`GraphIR.input_kinds` says which is which (``"input"``, ``"param"`` or ``"buffer"``). Backends
@@ -30,7 +32,8 @@ The printed form (``str(ir)``) shows one line per op with the spec of its result
 
 **Fingerprint.** :meth:`GraphIR.fingerprint` is a SHA-256 over that structure with value names
 replaced by their position: every node's opcode, target, arguments (references as positions, constants
-by ``repr``) and result spec (shape, dtype, device, strides), plus each input's kind. It does not see
+by ``repr``) and result spec (shape, dtype, device, strides), plus each input's kind and the
+fingerprints of control-flow branches. It does not see
 weight values, node names or the Python process, so it is stable across processes and keys every
 on-disk cache. Small constant tensors embedded as ``get_attr`` (not weights) are hashed by value.
 
@@ -111,6 +114,16 @@ def spec_of(value: Any) -> TensorSpec | None:
     )
 
 
+#: higher-order control flow allowed in a graph; each branch is a get_attr GraphModule, itself normalized
+_CONTROL_FLOW = tuple(op for op in (getattr(torch.ops.higher_order, "cond", None),) if op is not None)
+
+
+def is_check(node: fx.Node) -> bool:
+    """An op that only checks a condition at run time (and raises): it returns nothing, so it has no spec."""
+    t = node.target
+    return isinstance(t, torch._ops.OpOverload) and not t._schema.returns and not t._schema.is_mutable
+
+
 def _is_sym_helper(target: Any) -> bool:
     mod = getattr(target, "__module__", "") or ""
     return mod in ("_operator", "operator", "math") or getattr(target, "__name__", "").startswith("sym_") or (
@@ -189,14 +202,20 @@ class GraphIR:
             where = f"{self.name}: node {node.format_node()}"
             if node.op in ("call_module", "call_method"):
                 raise IRLintError(f"{where}: {node.op} nodes are not allowed; normalize to ATen ops first")
-            if node.op in ("placeholder", "call_function") and "val" not in node.meta:
+            if node.op == "placeholder" and "val" not in node.meta:
                 raise IRLintError(f"{where}: has no meta['val'] (every value must carry its spec)")
             if node.op != "call_function":
                 continue
             target = node.target
+            if "val" not in node.meta and not (is_check(node) and not node.users):
+                raise IRLintError(f"{where}: has no meta['val'] (every value must carry its spec)")
             if isinstance(target, torch._ops.OpOverload):
                 if target._schema.is_mutable:
                     raise IRLintError(f"{where}: {target} mutates its arguments; graphs must be functional")
+            elif target in _CONTROL_FLOW:
+                for sub in node.args:
+                    if isinstance(sub, fx.Node) and sub.op == "get_attr":
+                        GraphIR(getattr(self.gm, str(sub.target)), name=f"{self.name}.{sub.target}").lint()
             elif target is operator.getitem or _is_sym_helper(target):
                 continue
             else:
@@ -232,7 +251,9 @@ class GraphIR:
                     parts.append(",".join(s.key() if (s := spec_of(v)) else repr(v) for v in val))
                 if node.op == "get_attr":
                     attr = getattr(self.gm, str(node.target))
-                    if isinstance(attr, torch.Tensor):
+                    if isinstance(attr, fx.GraphModule):  # a control-flow branch: its body is part of the program
+                        parts.append(GraphIR(attr, phase=self.phase).fingerprint())
+                    elif isinstance(attr, torch.Tensor):
                         parts.append(spec_of(attr).key())  # type: ignore[union-attr]
                         if attr.numel() <= 64:  # a program constant, not a weight: its value matters
                             parts.append(repr(attr.detach().cpu().tolist()))

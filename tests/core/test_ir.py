@@ -118,3 +118,47 @@ def test_example_inputs_follow_specs_and_are_not_zero():
     ex = ir.example_inputs()
     assert [tuple(t.shape) for t in ex] == [s.shape for s in ir.input_specs]
     assert all(t.abs().sum() > 0 for t in ex)
+
+
+def _cond_program(delta):
+    def f(x):
+        return torch.cond(x.sum() > 0, lambda t: t + delta, lambda t: t - 1.0, (x,))
+
+    return f
+
+
+def _captured(fn, *args):
+    graphs = []
+
+    class Observer:
+        @torchmux.hookimpl
+        def torchmux_graph_captured(self, ir):
+            graphs.append(ir)
+
+    registry = torchmux.core.registry.get_registry()
+    registry.pm.register(Observer(), name="ir-observer")
+    try:
+        torchmux.compile(fn, backend="eager")(*args)
+    finally:
+        registry.pm.unregister(name="ir-observer")
+    return graphs[0]
+
+
+def test_control_flow_branches_are_normalized_and_fingerprinted():
+    x = torch.randn(4, 4)
+    ir = _captured(_cond_program(1.0), x)
+    ir.lint()  # the cond node's branches are linted as graphs of their own
+    assert "cond" in ir.op_counts()
+    torch.testing.assert_close(ir.run_reference(x)[0], _cond_program(1.0)(x))
+    assert _captured(_cond_program(2.0), x).fingerprint() != ir.fingerprint()  # another branch body
+
+
+def test_run_time_checks_carry_no_value_but_pass_lint():
+    def f(x):
+        torch._check(x.shape[0] > 1)
+        torch._assert_async((x > -1e9).all(), "x is too small")
+        return x * 2
+
+    ir = trace(f, [torch.randn(3)])
+    assert any(n.target == torch.ops.aten._assert_async.msg for n in ir.op_nodes)
+    ir.lint()
