@@ -1,6 +1,6 @@
 """Quick latency check of the tvm backend, untuned and tuned, against eager, Inductor and ONNX Runtime.
 
-    python benchmarks/tvm_quick.py [--models mlp,resnet,bert,gpt2] [--batch 2] [--rounds 20] [--tune-seconds 20]
+    python benchmarks/tvm_quick.py [--models mlp,resnet,bert,gpt2] [--batch 2] [--rounds 20] [--tune-seconds 20] [--threads 1]
 
 Each model runs as: eager (the nn.Module as is), Inductor (``torch.compile`` default),
 ``torchmux.compile(backend="onnxruntime")`` (if that backend is available), ``backend="tvm"`` and
@@ -8,6 +8,9 @@ Each model runs as: eager (the nn.Module as is), Inductor (``torch.compile`` def
 run in interleaved rounds (machine noise hits them alike); the table shows median milliseconds and the
 ratio to eager (below 1 is faster), and the seconds the first tvm call took (import, build, tuning).
 The tuning cache is a fresh temporary folder, so the tuned column measures this run's budget only.
+``--threads`` sets torch's, TVM's (``TVM_NUM_THREADS`` and the target's ``num-cores``) and ONNX Runtime's
+threads alike (1 by default: TVM's and ONNX Runtime's pool threads spin after each call, and on a small
+shared machine spinning threads of one system slow the next one in an interleaved round).
 """
 
 from __future__ import annotations
@@ -43,17 +46,32 @@ def _first_call(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - t0
 
 
+def _host_target(threads: int) -> dict[str, Any]:
+    """The tvm backend's default target with ``num-cores`` set to ``threads``."""
+    import tvm
+
+    target: dict[str, Any] = {"kind": "llvm", "num-cores": threads}
+    mcpu = tvm.target.codegen.llvm_get_system_cpu()
+    if mcpu and mcpu != "generic":
+        target["mcpu"] = mcpu
+    return target
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", default="mlp,resnet,bert,gpt2")
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--tune-seconds", type=float, default=20.0)
+    parser.add_argument("--threads", type=int, default=1)
     a = parser.parse_args()
+    torch.set_num_threads(a.threads)
+    os.environ["TVM_NUM_THREADS"] = str(a.threads)  # read when TVM's thread pool starts
     os.environ.setdefault("TORCHMUX_CACHE_DIR", tempfile.mkdtemp(prefix="tvm-bench-"))
     with_ort = get_registry().availability("onnxruntime").ok if "onnxruntime" in get_registry().names else False
     tune = {"tvm.tune_seconds": a.tune_seconds, "tvm.trials_per_round": 8}
-    print(f"batch {a.batch}, {a.rounds} interleaved rounds, torch threads {torch.get_num_threads()}, "
+    tvm_opts = {"tvm.target": _host_target(a.threads)}
+    print(f"batch {a.batch}, {a.rounds} interleaved rounds, threads {a.threads} (torch, tvm, onnxruntime), "
           f"tuning budget {a.tune_seconds:.0f} s per graph; median ms, ratio to eager")
     cols = ["eager", "inductor"] + (["onnxruntime"] if with_ort else []) + ["tvm", "tvm-tuned"]
     print(f"{'model':<8}" + "".join(f"{c:>12}" for c in cols) + "".join(f"{c + '/eager':>18}" for c in cols[1:])
@@ -66,12 +84,12 @@ def main() -> None:
             inductor = torch.compile(model)
             fns["inductor"] = lambda: inductor(*args)
             if with_ort:
-                ort = torchmux.compile(model, backend="onnxruntime")
+                ort = torchmux.compile(model, backend="onnxruntime", options={"onnxruntime.intra_op_num_threads": a.threads})
                 fns["onnxruntime"] = lambda: ort(*args)
-            tvm_model = torchmux.compile(model, backend="tvm")
+            tvm_model = torchmux.compile(model, backend="tvm", options=tvm_opts)
             first = _first_call(lambda: tvm_model(*args))
             fns["tvm"] = lambda: tvm_model(*args)
-            tuned_model = torchmux.compile(model, backend="tvm", mode="max-autotune", options=tune)
+            tuned_model = torchmux.compile(model, backend="tvm", mode="max-autotune", options={**tune, **tvm_opts})
             tuned_first = _first_call(lambda: tuned_model(*args))
             fns["tvm-tuned"] = lambda: tuned_model(*args)
             for fn in fns.values():  # warm up (Inductor and ONNX Runtime compile here)
