@@ -9,7 +9,7 @@ Systems: ``eager`` (the model as written), ``inductor`` (``torch.compile``'s def
    and the process's peak memory;
 2. per system, a **warm** child process on the same, now hot, caches: compile time of a later run;
 3. one **latency** child process that compiles every system (warm), checks each output against
-   eager's, and times all of them in interleaved rounds, rotating the order every round, so that the
+   eager's, and times all of them in interleaved rounds, in a new order every round, so that the
    machine's noise hits every system alike and the ratios hold.
 
 Children run one at a time: bench_run.py says what each measures, bench_results.py turns their
@@ -60,6 +60,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="skip the cold and warm compile processes: latency, speedups and output checks only, "
                         "one process per model (no memory figures; compile time only as measured in that process)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--from-json", type=Path, metavar="BENCH_JSON",
+                   help="run nothing: print the tables of an earlier bench.json and redraw its chart next to it")
     # the child side (bench_run.py); not for users
     p.add_argument("--_child", choices=["compile", "latency"], help=argparse.SUPPRESS)
     p.add_argument("--_result", type=Path, help=argparse.SUPPRESS)
@@ -320,6 +322,13 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args._child:
         return _child_main(args)
+    if args.from_json:
+        from .bench_report import format_report, write_chart
+
+        report = json.loads(args.from_json.read_text())
+        chart = write_chart(report, args.from_json.with_suffix(".png"))
+        print(format_report(report) + (f"\n\nwrote {chart}" if chart else ""))
+        return 0
     try:
         if args.batch_size < 1 or args.rounds < 1:
             raise BenchArgumentError("--batch-size and --rounds must be at least 1")

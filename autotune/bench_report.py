@@ -7,12 +7,17 @@ is the one the README quotes.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 
 def _f(x: float | None, fmt: str, none: str = "-") -> str:
     return none if x is None else format(x, fmt)
+
+
+def _threads(env: dict[str, Any]) -> str:
+    return f"{env['threads']} thread{'' if env['threads'] == 1 else 's'}"
 
 
 def _grid(header: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
@@ -92,7 +97,7 @@ def summary(report: dict[str, Any]) -> list[str]:
 
 def format_report(report: dict[str, Any]) -> str:
     env, st = report["environment"], report["settings"]
-    head = (f"torchmux bench: {env['device_name']} ({env['device']}, {env['cpu_count']} cores, {env['threads']} threads), "
+    head = (f"torchmux bench: {env['device_name']} ({env['device']}, {env['cpu_count']} cores, {_threads(env)}), "
             f"torch {env['torch']}, batch {st['batch_size']}, {st['rounds']} rounds, {report['wall_s'] / 60:.1f} min")
     if not report.get("complete", True):
         head += f" (interrupted: {len(report['models'])} of {len(st['models'])} models)"
@@ -116,7 +121,7 @@ def write_chart(report: dict[str, Any], path: Path) -> Path | None:
         return None
     systems = [s for s in report["settings"]["systems"] if s != "eager"]
     groups = list(report["models"]) + ["geomean"]
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(groups) * max(1, len(systems)) ** 0.5 + 2), 4.5))
+    fig, ax = plt.subplots(figsize=(min(14.0, max(6.0, 2 + len(groups) * (0.3 * len(systems) + 0.4))), 4.5))
     width = 0.8 / max(1, len(systems))
     values: list[float] = []
     for j, s in enumerate(systems):
@@ -136,12 +141,13 @@ def write_chart(report: dict[str, Any], path: Path) -> Path | None:
     ax.set_yscale("log")
     ax.set_ylim(min(values + [1.0]) / 1.4, max(values + [1.0]) * 1.4)
     ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}x"))
-    ax.yaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}x" if str(v)[0] in "25" else ""))
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(
+        lambda v, _: f"{v:g}x" if v > 0 and round(v / 10 ** math.floor(math.log10(v)), 6) in (2, 5) else ""))
     ax.tick_params(axis="y", which="minor", labelsize=7)
     ax.set_xticks(range(len(groups)), groups, rotation=30, ha="right")
     ax.set_ylabel("speedup over eager (log scale, higher is better)")
     env, st = report["environment"], report["settings"]
-    ax.set_title(f"torchmux bench, batch {st['batch_size']}: {env['device_name'][:50]}, {env['threads']} threads", fontsize=9)
+    ax.set_title(f"torchmux bench, batch {st['batch_size']}: {env['device_name'][:50]}, {_threads(env)}", fontsize=9)
     ax.legend(fontsize=8, ncol=2)
     fig.text(0.01, 0.01, "x: failed", fontsize=7)
     fig.tight_layout()

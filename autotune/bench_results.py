@@ -18,7 +18,7 @@ from .zoo import ZOO
 #: what each figure is, written into bench.json so the file explains itself
 MEASURES = {
     "latency_ms": "wall time per call in the latency process (CUDA synchronized); median, quartiles q1/q3, min, max "
-                  "over rounds; every round times every system once, order rotated per round",
+                  "over rounds; every round times every system once, in a new (seeded random) order",
     "speedup_vs_eager": "eager median latency / this system's median latency (same process, same rounds)",
     "speedup_vs_inductor": "torch.compile (Inductor) median latency / this system's",
     "compile_s.cold": "first call (compile included) in a fresh process with empty compile caches",

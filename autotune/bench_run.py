@@ -8,7 +8,7 @@ write, so a backend that crashes or hangs costs one child, never the benchmark. 
   memory. Run twice per system with the same cache folders: first empty (cold), then hot (warm).
 - **latency** (all systems of one model, in one process, so that they share the machine's noise):
   compile each system, check its output against eager's, then time them in interleaved rounds,
-  rotating the order every round. Progress is written as JSON lines as it happens, so when the
+  in a new (seeded random) order every round. Progress is written as JSON lines as it happens, so when the
   process dies the parent knows which system was running.
 
 Latency is per call, wall clock, CUDA synchronized. One sample is ``n`` back-to-back calls divided
@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import resource
 import sys
 import time
@@ -237,9 +238,11 @@ def latency_child(model: str, systems: list[str], batch: int, device: str, threa
                      auto_choices=recorder.chosen() if system == AUTO else None)
                 live.append((system, fn, calls))
             samples: dict[str, list[float]] = {s: [] for s, _, _ in live}
+            shuffle = random.Random(0)
             for r in range(rounds):
-                k = r % max(1, len(live))
-                for system, fn, calls in live[k:] + live[:k]:
+                # a new order every round: no system always runs first, or always right after the same
+                # other one (whose idle threads or evicted caches it would otherwise inherit)
+                for system, fn, calls in shuffle.sample(live, len(live)):
                     if system not in samples:
                         continue
                     emit(event="timing", system=system, round=r)

@@ -74,6 +74,17 @@ def test_table_prints(small_run: tuple[int, Path, str]) -> None:
     assert str(out / "bench.json") in text
 
 
+def test_from_json_redraws_without_running(small_run: tuple[int, Path, str], tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, text = small_run
+    copy = tmp_path / "bench.json"
+    copy.write_text((out / "bench.json").read_text())
+    assert bench.main(["--from-json", str(copy)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.split("\n\nwrote")[0] == text.split("\n\nwrote")[0]  # the same tables
+    assert (tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_bad_model_lists_the_zoo(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     rc = bench.main(["--models", "mlp,resnet50", "--out", str(tmp_path)])
     err = capsys.readouterr().err
