@@ -29,15 +29,22 @@ class TorchmuxFallbackWarning(UserWarning):
     """A backend failed, crashed or answered wrong on a graph, and torchmux ran the graph another way."""
 
 
-def _signature(args: Sequence[Any]) -> tuple:
+def _signature(args: Sequence[Any], keyed: Sequence[int]) -> tuple:
+    """What a decision is keyed on: shape, dtype and device of the inputs at ``keyed`` (the user's
+    inputs, not parameters or buffers), the value of a non-tensor input (a SymInt's size)."""
     return tuple(
-        (tuple(a.shape), a.dtype, a.device.type, a.device.index) if isinstance(a, torch.Tensor) else (type(a), a)
-        for a in args
+        (a.shape, a.dtype, a.device) if isinstance(a, torch.Tensor) else (type(a), a)
+        for a in [args[i] for i in keyed]
     )
 
 
 class GraphRunner:
-    """Runs one normalized graph on the backend chosen for its input signature."""
+    """Runs one normalized graph on the backend chosen for its input signature.
+
+    Parameters and buffers are not part of the signature: the graph's fingerprint holds their specs,
+    and Dynamo guards them (a parameter of another shape is another graph). Leaving them out keeps
+    the per-call cost to the user's few inputs instead of every weight of the model.
+    """
 
     def __init__(self, ir: GraphIR, config: CompileConfig) -> None:
         self.ir = ir
@@ -45,9 +52,10 @@ class GraphRunner:
         self.decisions: dict[tuple, Decision] = {}
         self._fns: dict[tuple, Any] = {}
         self._lock = threading.Lock()
+        self._keyed = [i for i, kind in enumerate(ir.input_kinds) if kind == "input"]
 
     def __call__(self, *args: Any) -> list[Any]:
-        sig = _signature(args)
+        sig = _signature(args, self._keyed)
         fn = self._fns.get(sig)
         if fn is None:
             with self._lock:

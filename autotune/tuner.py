@@ -5,8 +5,14 @@ For one graph and the real inputs of its first call:
 1. run the reference interpreter once: that is the answer;
 2. compile every candidate backend (its claimed ops on it, the rest eagerly, see partition.py);
 3. run each once and compare with the answer (core/compare.py): a wrong answer is a failure;
-4. time the correct ones in interleaved rounds (so machine noise hits them alike), take medians;
-5. choose the fastest correct candidate.
+4. screen: a candidate whose best warm call is several times slower than the best candidate's cannot
+   win; it keeps that figure and is not timed further (an untuned TVM graph at 30x eager would
+   otherwise eat the budget, and its long runs evict the others' weights from the caches);
+5. time the rest in rounds (every round times each once, in a new random order, so machine noise
+   and cache effects hit them alike). A sample is a burst of back-to-back calls after one untimed
+   call, the way the graph runs in a model called in a loop: with one call per sample, each
+   candidate would be timed on caches the previous one had just emptied. Take medians;
+6. choose the fastest correct candidate.
 
 A candidate that fails to compile, crashes or answers wrong gets an infinite cost and a recorded
 reason (Triton's autotuner treats failures the same way). It never reaches the user: eager is always a
@@ -16,6 +22,7 @@ candidate, and it is the reference's own ops.
 from __future__ import annotations
 
 import math
+import random
 import statistics
 import time
 import traceback
@@ -121,20 +128,46 @@ def measure(
         live.append((m, placement.fn))
 
     if timed and len(live) > 1:
-        per_round = sum(m.seconds for m, _ in live)
-        rounds = max(3, min(max_rounds, int(time_budget / max(per_round, 1e-6))))
-        for _ in range(rounds):
-            for m, fn in live:
-                try:
-                    m.samples.append(_time_once(fn, args))
-                except Exception as e:  # a candidate that crashes only sometimes is not trusted
-                    m.ok, m.reason = False, f"crashed while timed: {_short(e)}"
-        for m, _ in live:
-            if m.ok and m.samples:
-                m.seconds = statistics.median(m.samples)
-            elif not m.ok:
-                m.seconds = math.inf
+        _time_rounds(live, args, time_budget, max_rounds)
     return results
+
+
+SCREEN_FACTOR = 3.0  # a candidate this many times slower than the best one's warm call is not timed further
+SAMPLE_SECONDS = 2e-3  # a sample is a burst of back-to-back calls that lasts about this long
+
+
+def _time_rounds(live: list[tuple[Measurement, Callable[..., Any]]], args: Sequence[Any], time_budget: float,
+                 max_rounds: int) -> None:
+    for m, fn in live:  # warm-up, and an estimate for screening and burst sizes
+        try:
+            m.seconds = min(m.seconds, _time_once(fn, args), _time_once(fn, args))
+        except Exception as e:
+            m.ok, m.seconds, m.reason = False, math.inf, f"crashed while timed: {_short(e)}"
+    best = min((m.seconds for m, _ in live if m.ok), default=math.inf)
+    contenders = [(m, fn) for m, fn in live if m.ok and m.seconds <= SCREEN_FACTOR * best]
+    for m, _ in live:
+        if m.ok and m.seconds > SCREEN_FACTOR * best:
+            m.samples = [m.seconds]  # its best warm call: slower than the winner can be
+    if len(contenders) < 2:
+        return
+    calls = {id(m): max(1, min(50, int(SAMPLE_SECONDS / max(m.seconds, 1e-7)))) for m, _ in contenders}
+    per_round = sum((calls[id(m)] + 1) * m.seconds for m, _ in contenders)
+    rounds = max(3, min(max_rounds, int(time_budget / max(per_round, 1e-6))))
+    order = list(contenders)
+    shuffle = random.Random(0).shuffle  # seeded: the same graph is timed the same way in every process
+    for _ in range(rounds):
+        shuffle(order)
+        for m, fn in order:
+            if not m.ok:
+                continue
+            n = calls[id(m)]
+            try:
+                _time_once(fn, args)  # untimed: the caches are the previous candidate's
+                m.samples.append(_time_once(lambda *a: [fn(*a) for _ in range(n)], args) / n)
+            except Exception as e:  # a candidate that crashes only sometimes is not trusted
+                m.ok, m.reason = False, f"crashed while timed: {_short(e)}"
+    for m, _ in contenders:
+        m.seconds = statistics.median(m.samples) if m.ok and m.samples else math.inf
 
 
 def choose(results: Sequence[Measurement]) -> Measurement | None:

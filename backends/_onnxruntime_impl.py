@@ -45,7 +45,7 @@ from .onnxruntime import CPU, CUDA, TENSORRT, usable_providers
 
 OPTIONS = {
     "providers": "execution providers in priority order: names or (name, options) pairs",
-    "intra_op_num_threads": "threads per session (default: one per physical core)",
+    "intra_op_num_threads": "threads per session (default: torch.get_num_threads(), as torch.set_num_threads set it)",
     "allow_spinning": "let idle session threads spin for the next run (default False: they would take the "
                       "cores from the torch ops that run between ONNX Runtime regions)",
 }
@@ -262,8 +262,9 @@ def _session_options(level: ort.GraphOptimizationLevel, options: Any) -> ort.Ses
     so = ort.SessionOptions()
     so.log_severity_level = 3  # errors only: shape-merge notes on empty tensors are not the user's business
     so.graph_optimization_level = level
-    if options.get("intra_op_num_threads"):
-        so.intra_op_num_threads = int(options["intra_op_num_threads"])
+    # torch's thread count unless told otherwise: a program that calls torch.set_num_threads(1) means
+    # one thread, and auto compares backends on the same number of cores
+    so.intra_op_num_threads = int(options.get("intra_op_num_threads") or torch.get_num_threads())
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if options.get("allow_spinning") else "0")
     return so
 

@@ -12,6 +12,7 @@ from torchmux.autotune.dispatch import GraphRunner
 from torchmux.autotune.partition import build_placement
 from torchmux.autotune.tuner import choose, measure
 from torchmux.core.config import resolve
+from torchmux.core.ir import GraphIR
 from torchmux.core.registry import get_registry
 from torchmux.core.trace import trace
 
@@ -98,3 +99,42 @@ def test_explicit_backend_is_verified_before_trusted():
     runner = GraphRunner(ir, resolve("eager", None, None))
     runner(*args())
     assert next(iter(runner.decisions.values())).backend == "eager"
+
+
+class Slow(torchmux.Backend):
+    """Runs the graph correctly, 20 ms late: it cannot win, so the tuner must not spend its budget on it."""
+
+    name = "slow"
+
+    def compile(self, request):
+        import time
+
+        forward = request.ir.gm.forward
+
+        def run(*a):
+            time.sleep(0.02)
+            return list(forward(*a))
+
+        return run
+
+
+def test_a_candidate_far_slower_than_the_best_is_screened_out_of_the_rounds():
+    ir = trace(chain, args())
+    eager, inductor = get_registry().get("eager"), get_registry().get("inductor")
+    results = {m.backend: m for m in measure(ir, [Slow(), eager, inductor], args(), time_budget=0.2)}
+    assert all(m.ok for m in results.values())
+    assert len(results["slow"].samples) == 1 and results["slow"].seconds >= 0.02  # its best warm call
+    assert len(results["eager"].samples) >= 3 and len(results["inductor"].samples) >= 3  # timed in rounds
+    assert choose(list(results.values())).backend in ("eager", "inductor")
+
+
+def test_decisions_are_keyed_on_the_users_inputs_not_the_weights():
+    def linear(x, w, b):
+        return torch.relu(x @ w.t() + b)
+
+    x, w, b = torch.randn(4, 16), torch.randn(8, 16), torch.randn(8)
+    ir = GraphIR(trace(linear, [x, w, b]).gm, ["input", "param", "param"], name="linear")
+    runner = GraphRunner(ir, resolve("eager", None, None))
+    torch.testing.assert_close(runner(x, w, b)[0], linear(x, w, b))
+    (sig,) = runner.decisions
+    assert sig == ((x.shape, x.dtype, x.device),)  # the weights' specs are the graph's, not the call's

@@ -208,6 +208,22 @@ def test_option_off_keeps_the_break() -> None:
     assert torch.allclose(fast(x), want)
 
 
+def test_dynamo_switches_hold_during_the_call_only() -> None:
+    cfg = torch._dynamo.config
+    before = (cfg.capture_scalar_outputs, cfg.capture_dynamic_output_shape_ops, set(cfg.reorderable_logging_functions))
+    seen = []
+
+    def f(x):
+        seen.append(cfg.capture_scalar_outputs)  # runs while Dynamo traces, inside the call
+        return (x * 2).sum().item() + 1
+
+    fast = compiled(f)
+    assert fast(torch.ones(3)) == 7.0
+    assert seen == [True]
+    assert (cfg.capture_scalar_outputs, cfg.capture_dynamic_output_shape_ops,
+            set(cfg.reorderable_logging_functions)) == before  # the user's own torch.compile is untouched
+
+
 def test_class_and_other_instances_untouched() -> None:
     a, b = RandomBranch(), RandomBranch()
     original = RandomBranch.forward
