@@ -121,6 +121,28 @@ def test_autoload_switch_keeps_builtins_and_drops_third_party():
     assert not any(n.startswith("example") or "(example" in n for n in names)
 
 
+def test_import_list_and_compile_work_without_the_optional_backends():
+    """``import torchmux`` needs torch and pluggy only: with onnxruntime, onnx, tvm and triton absent
+    (``sys.modules[name] = None`` makes their import fail as if uninstalled), the backends say what to
+    install and the rest works."""
+    code = textwrap.dedent("""
+        import sys
+        for name in ("onnxruntime", "onnx", "onnxscript", "tvm", "tvm_ffi", "triton"):
+            sys.modules[name] = None
+        import torch, torchmux
+        records = {r.name: r for r in torchmux.list_backends()}
+        for name in ("onnxruntime", "tvm", "triton"):
+            assert not records[name].available and "pip install" in records[name].reason, records[name]
+        assert records["eager"].available and records["inductor"].available
+        f = torchmux.compile(lambda x: torch.relu(x) * 2, backend="eager")
+        x = torch.randn(4)
+        assert torch.equal(f(x), torch.relu(x) * 2)
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
 def test_unknown_backend_lists_known_ones():
     with pytest.raises(torchmux.UnknownBackendError, match="Known backends: .*eager.*inductor"):
         torchmux.compile(torch.nn.Linear(2, 2), backend="no-such-backend")
