@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from .bench_results import MEASURES, assemble, geomeans
-from .bench_run import AUTO, EAGER, INDUCTOR, THREAD_ENV
+from .bench_run import AUTO, AUTO_SPLIT, EAGER, INDUCTOR, THREAD_ENV
 from .zoo import ZOO
 
 
@@ -50,6 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="torch (and OpenMP) threads per process (default: torch's)")
     p.add_argument("--systems", default="default",
                    help="comma-separated systems: eager, inductor (torch.compile), auto (torchmux:auto), "
+                        "auto-split (auto that may also split a graph across backends, options split=4), "
                         "torchmux:<backend> or a backend name; 'default' is every one that runs here. "
                         "eager is always included: speedups are measured against it")
     p.add_argument("--rounds", type=int, default=20, help="timing rounds, each times every system once (default 20)")
@@ -111,7 +112,10 @@ def resolve_systems(spec: str, device: str) -> tuple[list[str], dict[str, str]]:
     else:
         wanted = []
         for item in (s.strip() for s in spec.split(",") if s.strip()):
-            name = {"auto": AUTO, "torch.compile": INDUCTOR}.get(item, item)
+            name = {"auto": AUTO, "auto-split": AUTO_SPLIT, "torch.compile": INDUCTOR}.get(item, item)
+            if name == AUTO_SPLIT:
+                wanted.append(name)
+                continue
             if name not in (EAGER, INDUCTOR, AUTO) and not name.startswith("torchmux:"):
                 name = f"torchmux:{name}"
             backend = name.split(":", 1)[1] if name.startswith("torchmux:") else None

@@ -67,11 +67,12 @@ def details(report: dict[str, Any]) -> list[str]:
     if notes:
         out += ["", "fallbacks (the backend could not run part of the model; torchmux ran that part another way):"]
         out += ["  " + n for n in notes]
-    auto = [(model, m["systems"]["torchmux:auto"]["auto_choices"]) for model, m in report["models"].items()
-            if m["systems"].get("torchmux:auto", {}).get("auto_choices")]
-    if auto:
-        out += ["", "what torchmux:auto chose per graph:"]
-        out += [f"  {model}: " + ", ".join(f"{g} -> {b}" for g, b in choices.items()) for model, choices in auto]
+    for system in ("torchmux:auto", "torchmux:auto-split"):
+        auto = [(model, m["systems"][system]["auto_choices"]) for model, m in report["models"].items()
+                if m["systems"].get(system, {}).get("auto_choices")]
+        if auto:
+            out += ["", f"what {system} chose per graph:"]
+            out += [f"  {model}: " + ", ".join(f"{g} -> {b}" for g, b in choices.items()) for model, choices in auto]
     return out
 
 

@@ -39,6 +39,9 @@ SAMPLE_SECONDS = 0.01
 #: accumulate more rounding than the single ops the conformance suite checks)
 MATCH_SCALE = 5.0
 EAGER, INDUCTOR, AUTO = "eager", "inductor", "torchmux:auto"
+#: torchmux auto that also tries each graph cut into pieces, each on its own fastest backend (split.py)
+AUTO_SPLIT = "torchmux:auto-split"
+AUTOS = (AUTO, AUTO_SPLIT)
 
 
 #: backends whose thread pools are their own (not torch's OpenMP), and the option that sizes them;
@@ -60,7 +63,9 @@ def make_compiled(system: str, model: torch.nn.Module, threads: int | None = Non
         from torchmux.core.registry import get_registry
 
         names = get_registry().names
-        options = {f"{b}.{opt}": threads for b, opt in THREAD_OPTIONS.items() if threads and b in names}
+        options: dict[str, Any] = {f"{b}.{opt}": threads for b, opt in THREAD_OPTIONS.items() if threads and b in names}
+        if system == AUTO_SPLIT:
+            return torchmux.compile(model, backend="auto", options={**options, "split": 4})
         return torchmux.compile(model, backend=system.split(":", 1)[1], options=options)
     raise ValueError(f"unknown system {system!r}")
 
@@ -132,7 +137,7 @@ def compile_child(model: str, system: str, batch: int, device: str, threads: int
     """Compile ``model`` with ``system`` in this fresh process: first-call seconds and peak memory."""
     _setup(device, threads)
     m, args = _load(model, batch, device)
-    recorder = _AutoChoices.install() if system == AUTO else None
+    recorder = _AutoChoices.install() if system in AUTOS else None
     before = peak_rss_mb()
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
@@ -210,14 +215,14 @@ def latency_child(model: str, systems: list[str], batch: int, device: str, threa
 
         _setup(device, threads)
         m, args = _load(model, batch, device)
-        recorder = _AutoChoices.install() if AUTO in systems else _AutoChoices()
+        recorder = _AutoChoices.install() if set(AUTOS) & set(systems) else _AutoChoices()
         live: list[tuple[str, Callable[..., Any], int]] = []
         with torch.no_grad():
             ref = [t.detach().clone() for t in tensors_of(m(*args))]
             for system in systems:
                 emit(event="compile", system=system)
                 os.environ.update(caches.get(system, {}))  # this system's cache folders (read at compile time)
-                recorder.active = system == AUTO
+                recorder.active, recorder.graphs = system in AUTOS, {}
                 try:
                     fn, out, seconds, notes = first_call(system, m, args, device, threads)
                     ok, diff, wrong = _compare(out, ref)
@@ -235,7 +240,7 @@ def latency_child(model: str, systems: list[str], batch: int, device: str, threa
                 calls = max(1, min(1000, math.ceil(SAMPLE_SECONDS / max(once, 1e-7))))
                 emit(event="compiled", system=system, compile_s=seconds, matches=ok, max_abs_diff=diff, mismatch=wrong,
                      notes=notes, calls_per_sample=calls,
-                     auto_choices=recorder.chosen() if system == AUTO else None)
+                     auto_choices=recorder.chosen() if system in AUTOS else None)
                 live.append((system, fn, calls))
             samples: dict[str, list[float]] = {s: [] for s, _, _ in live}
             shuffle = random.Random(0)

@@ -2,7 +2,7 @@
 
 One small JSON file per decision under ``$TORCHMUX_CACHE_DIR/decisions/``. The key names everything
 that can change the choice: the graph's fingerprint, the input signature, the candidates with their
-versions, the mode, and torch's version. A remembered winner is still checked against the reference
+versions, the mode, how many segments a split may have, and torch's version. A remembered winner is still checked against the reference
 before it is trusted; if it fails, the tuner measures everything again.
 """
 
@@ -21,9 +21,9 @@ from ..core import settings
 from ..core.ir import GraphIR
 
 
-def decision_key(ir: GraphIR, signature: tuple, candidates: Sequence[Any], mode: str | None) -> str:
+def decision_key(ir: GraphIR, signature: tuple, candidates: Sequence[Any], mode: str | None, split: int = 0) -> str:
     parts = [
-        ir.fingerprint(), repr(signature), mode or "default", torch.__version__,
+        ir.fingerprint(), repr(signature), mode or "default", torch.__version__, f"split={split}",
         ",".join(sorted(f"{b.name}={_version(b)}" for b in candidates)),
     ]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]

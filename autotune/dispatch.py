@@ -21,7 +21,9 @@ from ..core.config import CompileConfig
 from ..core.ir import GraphIR
 from ..core.registry import get_registry
 from . import cache
+from ..core.compare import mismatch
 from .partition import build_placement
+from .split import Plan, build_split, try_split
 from .tuner import Decision, Measurement, choose, measure
 
 
@@ -109,6 +111,11 @@ class GraphRunner:
                 self.ir, candidates, args, mode=config.mode, options=config.options_for,
                 time_budget=float(config.get("autotune_budget")), timed=config.auto,
             ) if verify else self._unverified(candidates, args)
+            if config.auto and config.split_segments and len(candidates) > 1 and self.ir.is_static:
+                split = try_split(self.ir, results, candidates, args, segments=config.split_segments,
+                                  mode=config.mode, options=config.options_for,
+                                  time_budget=float(config.get("autotune_budget")))
+                results = list(results) + ([split] if split is not None else [])
             for m in results:
                 registry.notify("torchmux_candidate_measured", ir=self.ir, backend=m.backend,
                                 seconds=m.seconds, ok=m.ok, reason=m.reason)
@@ -130,8 +137,9 @@ class GraphRunner:
                 )
             decision = Decision(best, list(results))
             if config.auto and best.ok and len(candidates) > 1:
-                cache.store(cache.decision_key(self.ir, sig, candidates, config.mode), {
+                cache.store(cache.decision_key(self.ir, sig, candidates, config.mode, config.split_segments), {
                     "backend": best.backend,
+                    "plan": best.placement.plan if best.placement else None,
                     "measurements": [{"backend": m.backend, "seconds": m.seconds if m.ok else None, "reason": m.reason}
                                      for m in results],
                 })
@@ -148,19 +156,35 @@ class GraphRunner:
         still correct; None sends the graph through the full measurement."""
         if len(candidates) < 2:
             return None
-        record = cache.load(cache.decision_key(self.ir, sig, candidates, self.config.mode))
-        winner = next((b for b in candidates if record and b.name == record.get("backend")), None)
-        if winner is None:
+        config = self.config
+        record = cache.load(cache.decision_key(self.ir, sig, candidates, config.mode, config.split_segments))
+        if not record:
             return None
-        results = measure(self.ir, [winner], args, mode=self.config.mode,
-                          options=self.config.options_for, timed=False)
-        if not results[0].ok:
+        if record.get("plan"):
+            chosen = self._remembered_split(record["plan"], candidates, args)
+        else:
+            winner = next((b for b in candidates if b.name == record.get("backend")), None)
+            chosen = winner and measure(self.ir, [winner], args, mode=config.mode,
+                                        options=config.options_for, timed=False)[0]
+        if chosen is None or not chosen.ok:
             return None
         remembered = [Measurement(m["backend"], m["seconds"] if m["seconds"] is not None else math.inf,
                                   m["seconds"] is not None, m.get("reason", "") or "(remembered)")
-                      for m in record.get("measurements", []) if m["backend"] != winner.name]
-        results[0].seconds = next((m["seconds"] for m in record.get("measurements", []) if m["backend"] == winner.name), math.nan)
-        return Decision(results[0], [results[0]] + remembered)
+                      for m in record.get("measurements", []) if m["backend"] != chosen.backend]
+        chosen.seconds = next((m["seconds"] for m in record.get("measurements", []) if m["backend"] == chosen.backend), math.nan)
+        return Decision(chosen, [chosen] + remembered)
+
+    def _remembered_split(self, record: Any, candidates: list, args: Sequence[Any]) -> Measurement | None:
+        """Rebuild a remembered split (each piece on the backend it won), checked, not timed."""
+        plan = Plan.from_record(record)
+        try:
+            placement = plan and build_split(self.ir, plan, candidates, args, mode=self.config.mode,
+                                             options=self.config.options_for)
+            if not placement or mismatch(placement.fn(*args), self.ir.run_reference(*args)):
+                return None
+        except Exception:
+            return None
+        return Measurement(placement.backend, math.nan, True, placement=placement)
 
     def _unverified(self, candidates: list, args: Sequence[Any]) -> list[Measurement]:
         out = []

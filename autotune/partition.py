@@ -38,6 +38,7 @@ class Placement:
     compile_seconds: float
     kernels: int | None = None  # for code generators: how many kernels the graph became
     notes: list[str] = field(default_factory=list)
+    plan: dict[str, list] | None = None  # a split placement (split.py): its cuts and each piece's backend
 
 
 class _Claims(OperatorSupportBase):

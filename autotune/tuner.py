@@ -81,7 +81,7 @@ def _time_once(fn: Callable[..., Any], args: Sequence[Any]) -> float:
     return time.perf_counter() - t0
 
 
-def _short(e: BaseException) -> str:
+def short_error(e: BaseException) -> str:
     msg = str(e).strip().splitlines()
     first = msg[0] if msg else ""
     where = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
@@ -109,7 +109,7 @@ def measure(
         try:
             placement = build_placement(ir, backend, args, mode=mode, options=options(backend.name))
         except Exception as e:
-            results.append(Measurement(backend.name, math.inf, False, f"compile failed: {_short(e)}", time.perf_counter() - t0))
+            results.append(Measurement(backend.name, math.inf, False, f"compile failed: {short_error(e)}", time.perf_counter() - t0))
             continue
         m = Measurement(backend.name, math.inf, False, "", placement.compile_seconds, placement)
         results.append(m)
@@ -117,7 +117,7 @@ def measure(
             first = _time_once(placement.fn, args)  # also the warm-up
             out = placement.fn(*args)
         except Exception as e:
-            m.reason = f"crashed: {_short(e)}"
+            m.reason = f"crashed: {short_error(e)}"
             continue
         wrong = mismatch(out, reference)
         if wrong:
@@ -128,7 +128,7 @@ def measure(
         live.append((m, placement.fn))
 
     if timed and len(live) > 1:
-        _time_rounds(live, args, time_budget, max_rounds)
+        time_rounds(live, args, time_budget, max_rounds)
     return results
 
 
@@ -136,13 +136,13 @@ SCREEN_FACTOR = 3.0  # a candidate this many times slower than the best one's wa
 SAMPLE_SECONDS = 2e-3  # a sample is a burst of back-to-back calls that lasts about this long
 
 
-def _time_rounds(live: list[tuple[Measurement, Callable[..., Any]]], args: Sequence[Any], time_budget: float,
+def time_rounds(live: list[tuple[Measurement, Callable[..., Any]]], args: Sequence[Any], time_budget: float,
                  max_rounds: int) -> None:
     for m, fn in live:  # warm-up, and an estimate for screening and burst sizes
         try:
             m.seconds = min(m.seconds, _time_once(fn, args), _time_once(fn, args))
         except Exception as e:
-            m.ok, m.seconds, m.reason = False, math.inf, f"crashed while timed: {_short(e)}"
+            m.ok, m.seconds, m.reason = False, math.inf, f"crashed while timed: {short_error(e)}"
     best = min((m.seconds for m, _ in live if m.ok), default=math.inf)
     contenders = [(m, fn) for m, fn in live if m.ok and m.seconds <= SCREEN_FACTOR * best]
     for m, _ in live:
@@ -165,7 +165,7 @@ def _time_rounds(live: list[tuple[Measurement, Callable[..., Any]]], args: Seque
                 _time_once(fn, args)  # untimed: the caches are the previous candidate's
                 m.samples.append(_time_once(lambda *a: [fn(*a) for _ in range(n)], args) / n)
             except Exception as e:  # a candidate that crashes only sometimes is not trusted
-                m.ok, m.reason = False, f"crashed while timed: {_short(e)}"
+                m.ok, m.reason = False, f"crashed while timed: {short_error(e)}"
     for m, _ in contenders:
         m.seconds = statistics.median(m.samples) if m.ok and m.samples else math.inf
 

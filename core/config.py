@@ -16,6 +16,8 @@ OWN_OPTIONS: dict[str, tuple[type, Any, str]] = {
     "verify": (bool, True, "check a named backend's first answer against the reference and fall back if wrong"),
     "autotune_budget": (float, 0.5, "seconds of timing per graph and input shape when choosing a backend"),
     "mend": (bool, True, "rewrite graph-breaking Python (tensor if, print, .item() for logging...) before capture"),
+    "split": (int, None, "auto: also try each graph cut into up to N segments, each on its fastest correct backend "
+              "(default 4 under mode='max-autotune', else 0: off)"),
 }
 
 
@@ -32,6 +34,14 @@ class CompileConfig:
 
     def get(self, key: str) -> Any:
         return self.own.get(key, OWN_OPTIONS[key][1])
+
+    @property
+    def split_segments(self) -> int:
+        """How many segments auto may cut a graph into (split.py); 0: whole graphs only."""
+        value = self.own.get("split")
+        if value is None:
+            return 4 if self.mode in ("max-autotune", "max-autotune-no-cudagraphs") else 0
+        return max(0, value)
 
     @property
     def names(self) -> list[str]:

@@ -205,3 +205,8 @@ def test_assemble_reports_failures_and_geomean_skips_wrong_answers() -> None:
               "wall_s": 1.0, "complete": True, "models": models, "geomean": geo}
     text = format_report(report)
     assert "SIGSEGV" in text and "NO (3)" in text and "failed" in text and "(wrong)" in text
+
+
+def test_auto_split_is_a_system_of_its_own() -> None:
+    systems, _ = bench.resolve_systems("auto,auto-split", "cpu")
+    assert systems == ["eager", "torchmux:auto", "torchmux:auto-split"]
