@@ -19,6 +19,10 @@ class EagerBackend(torchmux.Backend):
     description = "runs the ATen graph op by op (the baseline and the fallback)"
     dynamic_shapes = True
 
+    def supports(self, node: torch.fx.Node) -> bool:
+        """Every op in every dtype (float64 and complex included): it is what ATen runs."""
+        return True
+
     def compile(self, request: torchmux.CompileRequest) -> torchmux.CompiledGraph:
         forward = request.ir.gm.forward
 

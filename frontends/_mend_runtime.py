@@ -250,6 +250,33 @@ def merge(p: torch.Tensor, a: Any, b: Any) -> Any:
     return a
 
 
+def exact(x: Any) -> Any:
+    """``x.item()`` in an if-test or check, kept in the graph where that is exact: a floating one-element
+    tensor becomes a float64 0-d tensor (every float16/bfloat16/float32/float64 value is a float64, and
+    float64 arithmetic and comparisons are what Python's floats do). Anything else (integer tensors,
+    whose promotion against a Python float would round) is ``.item()``-ed as the user wrote it."""
+    if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() == 1 and x.device.type != "meta":
+        return x.reshape(()).double()
+    return x.item()
+
+
+def not_(x: Any) -> Any:
+    """``not x`` of an if-test: a one-element tensor stays a (bool) tensor, anything else is Python's."""
+    if isinstance(x, torch.Tensor) and x.numel() == 1 and x.device.type != "meta":
+        return torch.logical_not(x.reshape(()))
+    return not x
+
+
+def pick(note: int, p: Any, a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A nested if on a tensor, lowered: both branches ran (they have no side effects); keep the values
+    of the one ``p`` takes. A select in the graph when the values can merge; otherwise Python decides
+    (a graph break there, never another value)."""
+    if pred(p) and mergeable(p, a, b):
+        fired(note)
+        return merge(p, a, b)
+    return a if p else b
+
+
 #: False after torch.cond refused a program (see ``mend.scoped``): the rewrite then branches in Python
 COND = True
 

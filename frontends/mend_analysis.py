@@ -168,8 +168,14 @@ def purity(node: ast.AST, ctx: Context, p: Purity | None = None) -> Purity:
     return p
 
 
+#: runtime helpers the rewrites put into expressions that are then analysed like user code
+PURE_RT = {"exact", "not_"}
+
+
 def _call_purity(node: ast.Call, ctx: Context, p: Purity) -> Purity:
     f = node.func
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == RT:
+        return p if f.attr in PURE_RT else p.fail()
     target = ctx.resolve(f)
     if target is not None:  # a global function: torch's or a builtin
         name = getattr(target, "__name__", "")
@@ -226,6 +232,32 @@ def maybe_tensor_test(test: ast.expr, ctx: Context) -> bool:
         if isinstance(n, ast.Compare) and any(isinstance(o, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for o in n.ops):
             return False
     return any(isinstance(n, (ast.Call, ast.Compare, ast.Subscript)) for n in ast.walk(test))
+
+
+def exact_items(test: ast.expr) -> ast.expr:
+    """``test`` as an expression the graph can keep: ``not t`` as ``_mend_rt.not_(t)``, and
+    ``<x>.item()`` as ``_mend_rt.exact(<x>)`` where it is an operand of a comparison,
+    or of ``+``, ``-``, ``*`` or unary minus leading to one: a floating one-element tensor stays in the
+    graph as float64, which holds its value exactly, and float64 ``+ - *`` and comparisons are what
+    Python's floats do. Elsewhere (a call such as ``round(x.item(), 2)``, a division that Python would
+    raise on) ``.item()`` stays as written."""
+
+    def numeric(e: ast.expr) -> ast.expr:
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "item" \
+                and not e.args and not e.keywords:
+            return ast.copy_location(rt_call("exact", e.func.value), e)
+        if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Add, ast.Sub, ast.Mult)):
+            return ast.copy_location(ast.BinOp(numeric(e.left), e.op, numeric(e.right)), e)
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, (ast.USub, ast.UAdd)):
+            return ast.copy_location(ast.UnaryOp(e.op, numeric(e.operand)), e)
+        return e
+
+    test = copy.deepcopy(test)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):  # `not t` would ask Python for bool(t)
+        return ast.copy_location(rt_call("not_", exact_items(test.operand)), test)
+    if isinstance(test, ast.Compare):
+        return ast.copy_location(ast.Compare(numeric(test.left), test.ops, [numeric(c) for c in test.comparators]), test)
+    return test
 
 
 def guard_test(p: str, pure: Purity) -> ast.expr:

@@ -15,13 +15,17 @@ many rewrites it applied (``ctx.notes``: which, where). The new code calls helpe
 4. **Tensor if/else.** An ``if`` whose branches only assign pure expressions to names, log, or return
    one value, including an early ``if c: return a`` followed by the rest of the function, becomes
    ``torch.where`` (both branches run) when neither branch draws random numbers or can raise on some
-   data and nothing needs gradients; otherwise ``torch.cond`` (only the taken branch runs).
+   data and nothing needs gradients; otherwise ``torch.cond`` (only the taken branch runs). An ``if``
+   nested in a branch (``elif`` included) whose branches only assign side-effect-free values is
+   lowered first: both of its branches run and ``_mend_rt.pick`` selects. In a test, ``not t`` stays
+   a tensor and a float ``.item()`` compared (or added, subtracted, multiplied, then compared) stays in
+   the graph as float64, which gives exactly Python's answer (``mend_analysis.exact_items``).
 
 Every rewrite keeps the user's statements behind a guard decided while Dynamo traces: when the test
 is not a one-element tensor, or a ``self.<module>`` call is not a known side-effect-free module, the
 original code runs. Nothing is rewritten that cannot be shown safe from the source: unknown calls,
-attribute or item stores, in-place methods, nested statements in branches, and nested functions are
-left as written.
+attribute or item stores, in-place methods, loops and other statements in branches, and nested
+functions are left as written.
 """
 
 from __future__ import annotations
@@ -32,8 +36,8 @@ import sys
 from typing import Any
 
 from . import _mend_runtime as rt
-from .mend_analysis import (Context, Purity, guard_test, loaded_names, located, maybe_tensor_test, name_node,
-                            names_stored, purity, rt_call)
+from .mend_analysis import (Context, Purity, exact_items, guard_test, loaded_names, located, maybe_tensor_test,
+                            name_node, names_stored, purity, rt_call)
 from .mend_effects import Args, arg_purity, defer, lazy, log_kind, log_leaves, shift, strip_conversions
 
 _TYPE_PARAMS: dict[str, Any] = {"type_params": []} if sys.version_info >= (3, 12) else {}
@@ -210,7 +214,7 @@ class _Block:
             original.test = name_node(c)
         else:
             original.test = name_node(c) if raise_if else ast.UnaryOp(ast.Not(), name_node(c))
-        new: list[ast.stmt] = [ast.Assign([name_node(c, True)], test),
+        new: list[ast.stmt] = [ast.Assign([name_node(c, True)], exact_items(test)),
                                ast.If(guard_test(c, pure), [_fired(note, s), deferred], [original])]
         if isinstance(s, ast.Assert):
             new = [ast.If(name_node("__debug__"), new, [])]
@@ -226,6 +230,7 @@ class _Block:
         pure = Purity()
         logs = False
         for branch in (T, F):
+            bound = set(defined)
             for j, st in enumerate(branch):
                 if isinstance(st, ast.Pass):
                     continue
@@ -233,6 +238,9 @@ class _Block:
                     purity(st.value, self.ctx, pure)
                 elif isinstance(st, ast.Assign) and len(st.targets) == 1 and _plain_target(st.targets[0]):
                     purity(st.value, self.ctx, pure)
+                    bound |= names_stored([st])
+                elif isinstance(st, ast.If) and self.nested_ok(st, pure, bound):
+                    bound |= names_stored([st])
                 elif isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and log_kind(st.value, self.ctx):
                     logs = True
                     for x in st.value.args:
@@ -289,15 +297,60 @@ class _Block:
                                              [_fired(where, s), assign(rt_call("merge", name_node(p), copy.deepcopy(tt), copy.deepcopy(ff)))],
                                              [fallback])]
         original = ast.If(name_node(p), self.stmts(copy.deepcopy(T), set(defined)), self.stmts(copy.deepcopy(F), set(defined)))
-        new = [ast.Assign([name_node(p, True)], s.test), ast.If(guard_test(p, pure), fast, [original])]
+        new = [ast.Assign([name_node(p, True)], exact_items(s.test)), ast.If(guard_test(p, pure), fast, [original])]
+        return located(new, s)
+
+    def nested_ok(self, s: ast.If, pure: Purity, bound: set[str]) -> bool:
+        """Whether an ``if`` inside a branch can be lowered (``lower``): a tensor test, branches that only
+        assign side-effect-free values to names (or hold such ifs), nothing that draws random numbers or
+        can raise on some data (both nested branches will run), and every name bound on one side only
+        already bound before (the other side keeps its value). Adds the ``self.<module>`` calls to check
+        at run time to ``pure``."""
+        if not maybe_tensor_test(s.test, self.ctx):
+            return False
+        inner = purity(exact_items(s.test), self.ctx, Purity())
+        for branch in (s.body, s.orelse):
+            b = set(bound)
+            for st in branch:
+                if isinstance(st, ast.Pass):
+                    continue
+                if isinstance(st, ast.Assign) and len(st.targets) == 1 and _plain_target(st.targets[0]):
+                    purity(st.value, self.ctx, inner)
+                elif not (isinstance(st, ast.If) and self.nested_ok(st, inner, b)):
+                    return False
+                b |= names_stored([st])
+        if not inner.ok or inner.random or inner.may_fail:
+            return False
+        if (names_stored(s.body) ^ names_stored(s.orelse)) - bound:
+            return False
+        pure.modules += inner.modules
+        return True
+
+    def lower(self, s: ast.If) -> list[ast.stmt]:
+        """A nested tensor if (``nested_ok``) as plain assignments: the test, both branches under fresh
+        names, then ``x, y = _mend_rt.pick(test, (xt, yt), (xf, yf))`` (a select in the graph)."""
+        outputs = sorted(names_stored(s.body) | names_stored(s.orelse))
+        q = self.ctx.fresh("q")
+        k = self.ctx.counter
+        t_body, t_outs = self.branch(s.body, f"_mend_nt{k}_", outputs, (q, 1))
+        f_body, f_outs = self.branch(s.orelse, f"_mend_nf{k}_", outputs, (q, -1))
+        note = self.ctx.note(s, "nested if on a tensor -> torch.where")
+        pick = rt_call("pick", ast.Constant(note), name_node(q), ast.Tuple([name_node(x) for x in t_outs], ast.Load()),
+                       ast.Tuple([name_node(x) for x in f_outs], ast.Load()))
+        new = [ast.Assign([name_node(q, True)], exact_items(s.test)), *t_body, *f_body,
+               ast.Assign([ast.Tuple([name_node(x, True) for x in outputs], ast.Store())], pick)]
         return located(new, s)
 
     def branch(self, body: list[ast.stmt], prefix: str, outputs: list[str], guard: tuple[str, int]) -> tuple[list[ast.stmt], list[str]]:
         """The branch's statements with every name it binds renamed (so both branches can run), and its outputs."""
         renames: dict[str, str] = {}
         out: list[ast.stmt] = []
-        for st in body:
-            st = copy.deepcopy(st)
+        pending = [copy.deepcopy(st) for st in body]
+        while pending:
+            st = pending.pop(0)
+            if isinstance(st, ast.If):  # validated by nested_ok: lowered to assignments, renamed below
+                pending[:0] = self.lower(st)
+                continue
             if isinstance(st, ast.Pass):
                 continue
             value_holder = st

@@ -138,3 +138,17 @@ def test_decisions_are_keyed_on_the_users_inputs_not_the_weights():
     torch.testing.assert_close(runner(x, w, b)[0], linear(x, w, b))
     (sig,) = runner.decisions
     assert sig == ((x.shape, x.dtype, x.device),)  # the weights' specs are the graph's, not the call's
+
+
+def test_float64_graphs_run_on_eager_and_auto() -> None:
+    """Eager runs every op in every dtype; the other backends' claims skip float64 ops, which then run
+    eagerly between their regions."""
+
+    def f(x):
+        return torch.tanh(x * 3).sum(-1, keepdim=True) + x.double().exp()
+
+    x = torch.randn(4, 8, dtype=torch.float64)
+    ir = trace(f, [x])
+    for backend in ("eager", "auto"):
+        runner = GraphRunner(ir, resolve(backend, None, None))
+        torch.testing.assert_close(runner(x)[0], f(x))

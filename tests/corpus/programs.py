@@ -200,6 +200,44 @@ class NestedTensorIf(nn.Module):
         return x
 
 
+class ElifChain(nn.Module):
+    def forward(self, x):
+        s = x.mean()
+        if s > 0.5:
+            y = x * 2
+        elif s > -0.5:
+            y = x + 1
+        else:
+            y = -x
+        return y
+
+
+class NotTest(nn.Module):
+    def forward(self, x):
+        if not (x.sum() > 0):
+            x = x.abs()
+        return x * 2
+
+
+class ItemAsTest(nn.Module):
+    """A float compared through ``.item()``: the common way to branch on a loss or a norm."""
+
+    def forward(self, x):
+        if x.norm().item() > 4.0:
+            x = x / x.norm()
+        return x + 1
+
+
+class IntItemAsTest(nn.Module):
+    """An integer compared through ``.item()`` (argmax): against a Python float it could round in the
+    graph, so it is left to Python."""
+
+    def forward(self, x):
+        if x.sum(0).argmax().item() == 3:
+            x = x * 2
+        return x - 1
+
+
 # --- I/O inside the captured region ------------------------------------------------------------------
 
 
@@ -442,8 +480,12 @@ PROGRAMS: list[Program] = [
     Program("guarded_index", "tensor if guarding an index", lambda: (GuardedIndex(), (x16(), torch.tensor([1, 9, 2, 3])))),
     Program("calls_helper", "global helper with an early exit", lambda: (CallsHelper(), (x16(),))),
     Program("submodule_branch", "user submodule with a tensor if", lambda: (SubmoduleBranch(), (x16(),))),
-    Program("nested_tensor_if", "nested tensor ifs", lambda: (NestedTensorIf(), (x16(),)), graphs=2, breaks=1,
-            note="the outer if holds an if: only the inner one is rewritten"),
+    Program("nested_tensor_if", "nested tensor ifs", lambda: (NestedTensorIf(), (x16(),))),
+    Program("elif_chain", "tensor if/elif/else", lambda: (ElifChain(), (x16(),))),
+    Program("not_test", "if not <tensor test>", lambda: (NotTest(), (x16(),))),
+    Program("item_as_test", ".item() of a float in an if-test", lambda: (ItemAsTest(), (x16(),))),
+    Program("int_item_as_test", ".item() of an integer in an if-test", lambda: (IntItemAsTest(), (x16(),)),
+            graphs=2, breaks=1, note="an integer .item() is left to Python: the graph would compare it rounded"),
     Program("print_tensor", "print of a tensor", lambda: (PrintTensor(), (x16(),))),
     Program("print_fstring", "print of an f-string with .item() and a shape", lambda: (PrintFString(), (x16(),))),
     Program("print_shape", "print of shapes with sep=", lambda: (PrintShape(), (x16(),))),

@@ -284,6 +284,121 @@ def test_torch_cond_refusal_falls_back_to_python(monkeypatch) -> None:
     assert _mend_runtime.COND is False
 
 
+class ElifChain(nn.Module):
+    """An if/elif/else on tensors: the elif is an if nested in the else."""
+
+    def forward(self, x):
+        s = x.mean()
+        if s > 0.5:
+            y = x * 2
+        elif s > -0.5:
+            y = x + 1
+            if x.max() > 3:
+                y = y / 2
+        else:
+            y = -x
+        return y + 1
+
+
+class NestedWithUnboundName(nn.Module):
+    """The nested if binds ``z`` on one side only, and ``z`` was not bound before: not lowered."""
+
+    def forward(self, x):
+        if x.sum() > 0:
+            if x.max() > 1:
+                z = x * 3
+                x = z + 1
+            x = x - 1
+        return x
+
+
+class NestedRandom(nn.Module):
+    """The nested branch draws random numbers: it must not run when not taken, so it is not lowered."""
+
+    def forward(self, x):
+        if x.sum() > 0:
+            if x.max() > 1:
+                x = x + torch.rand_like(x)
+            x = x * 2
+        return x
+
+
+@pytest.mark.parametrize("scale", [2.0, 0.1, -0.1, -2.0, 5.0])
+def test_nested_and_elif_tensor_ifs_are_one_graph_with_the_same_values(scale: float) -> None:
+    """Every path of an if/elif/else with an if inside, one graph with no break."""
+    model = ElifChain()
+    x = torch.linspace(-1, 1, 16) + scale
+    report = explain(model, x)
+    assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
+    assert any("nested if on a tensor -> torch.where" in r for r in report.rewrites), report.rewrites
+    fast = compiled(model)
+    for s in (2.0, 0.1, -0.1, -2.0, 5.0):  # one compiled graph answers for every path
+        x = torch.linspace(-1, 1, 16) + s
+        torch.testing.assert_close(fast(x), model(x))
+
+
+def test_nested_if_that_cannot_be_lowered_keeps_python_semantics() -> None:
+    for model in (NestedWithUnboundName(), NestedRandom()):
+        fast = compiled(model)
+        for s in (3.0, 0.5, -3.0):
+            x = torch.linspace(0, 1, 8) + s
+            torch.manual_seed(0)
+            expected = model(x)
+            torch.manual_seed(0)
+            torch.testing.assert_close(fast(x), expected)
+        assert not any("nested" in r for r in explain(model, torch.ones(8)).rewrites)
+
+
+def test_nested_if_whose_values_cannot_merge_breaks_but_stays_right() -> None:
+    """Branches of different shapes cannot become a select: Python picks (a graph break), same values."""
+
+    def f(x):
+        if x.sum() > 0:
+            y = x
+            if x.max() > 2:
+                y = x[:2]
+        else:
+            y = x[:3]
+        return y * 2
+
+    fast = compiled(f)
+    for x in (torch.arange(4.0), torch.arange(4.0) / 10, -torch.arange(4.0)):
+        torch.testing.assert_close(fast(x), f(x))
+
+
+class ItemThreshold(nn.Module):
+    def forward(self, x):
+        if x.mean().item() > 0.1:  # Python compares the float32 mean as a double
+            return x * 2
+        return x - 1
+
+
+def test_item_in_a_test_stays_in_the_graph_and_compares_as_python_does() -> None:
+    """float32(0.1) > 0.1 in Python (0.100000001... against 0.1); a float32 comparison in the graph
+    would say no. The graph compares in float64, so one graph gives Python's answer on both sides."""
+    model = ItemThreshold()
+    boundary = torch.tensor(0.1, dtype=torch.float32).item()
+    report = explain(model, torch.full((4,), boundary))
+    assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
+    fast = compiled(model)
+    for v in (boundary, torch.nextafter(torch.tensor(boundary), torch.tensor(0.0)).item(), 0.5, -0.5):
+        x = torch.full((4,), v, dtype=torch.float32)
+        torch.testing.assert_close(fast(x), model(x), rtol=0, atol=0)
+    assert torch.equal(fast(torch.full((4,), boundary)), torch.full((4,), boundary) * 2)
+
+
+def test_not_of_a_tensor_test_is_one_graph() -> None:
+    def f(x):
+        if not x.sum() > 0:
+            x = -x
+        return x + 1
+
+    assert (explain(f, torch.ones(3)).graph_break_count) == 0
+    fast = compiled(f)
+    for x in (torch.ones(3), -torch.ones(3)):
+        torch.testing.assert_close(fast(x), f(x))
+
+
 def test_impure_branches_are_left_alone() -> None:
     class Counter(nn.Module):
         def __init__(self) -> None:
