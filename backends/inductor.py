@@ -25,6 +25,12 @@ class InductorBackend(torchmux.Backend):
             return torchmux.Availability.no("no C++ compiler on PATH (Inductor's CPU code needs g++ or clang++); install one, or use a GPU")
         return torchmux.Availability.yes()
 
+    def supports(self, node: torch.fx.Node) -> bool:
+        """Every op but ``while_loop``: Inductor lowers it only inside its own trace (the symbolic-shape
+        state it needs is gone on a graph AOTAutograd already produced), so it runs eagerly between
+        Inductor's regions."""
+        return node.target is not getattr(torch.ops.higher_order, "while_loop", None) and super().supports(node)
+
     def compile(self, request: torchmux.CompileRequest) -> torchmux.CompiledGraph:
         from torch._inductor import compile_fx
 

@@ -7,7 +7,9 @@ invariants, checked by :meth:`GraphIR.lint`:
    (after ``torch._decomp.core_aten_decompositions()``; a few ops that have no core decomposition, such
    as ``aten.embedding``, may remain), ``operator.getitem`` on a multi-output op, or a symbolic-shape
    helper (``torch.sym_*`` / ``operator`` arithmetic on SymInts) when the graph was captured with
-   ``dynamic=True``. There are no ``call_module`` or ``call_method`` nodes.
+   ``dynamic=True``, or a control-flow operator (``torch.cond``, ``torch.while_loop``) whose branch and
+   body graphs (``get_attr`` submodules) are normalized graphs themselves. There are no
+   ``call_module`` or ``call_method`` nodes.
 2. *Functional.* No node mutates anything: no op whose schema is mutable (``add_``, ``copy_``,
    ``out=`` variants). View ops (``view``, ``permute``, ``t``, ``slice``...) are allowed: they only read.
    Mutations of the user's inputs (batch-norm running statistics in training) are kept outside the
@@ -115,7 +117,8 @@ def spec_of(value: Any) -> TensorSpec | None:
 
 
 #: higher-order control flow allowed in a graph; each branch is a get_attr GraphModule, itself normalized
-_CONTROL_FLOW = tuple(op for op in (getattr(torch.ops.higher_order, "cond", None),) if op is not None)
+_CONTROL_FLOW = tuple(op for op in (getattr(torch.ops.higher_order, name, None) for name in ("cond", "while_loop"))
+                      if op is not None)
 
 
 def is_check(node: fx.Node) -> bool:

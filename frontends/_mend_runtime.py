@@ -298,6 +298,21 @@ def cond(p: torch.Tensor, true_fn: Callable[[], Any], false_fn: Callable[[], Any
     return true_fn() if p else false_fn()
 
 
+def loop(note: int, test_fn: Callable[..., Any], body_fn: Callable[..., tuple[Any, ...]],
+         carried: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A ``while`` on a tensor test: ``torch.while_loop`` when Dynamo traces and every carried value is a
+    tensor that needs no gradient (the loop stays in the graph); the same loop in Python otherwise."""
+    while_loop = getattr(torch, "_higher_order_ops", None) and getattr(torch._higher_order_ops, "while_loop", None)
+    if (COND and while_loop is not None and torch.compiler.is_compiling()
+            and all(isinstance(c, torch.Tensor) and not (torch.is_grad_enabled() and c.requires_grad) for c in carried)):
+        comptime(lambda ctx: _count_cond())
+        fired(note)
+        return tuple(while_loop(lambda *c: as_bool(test_fn(*c)), lambda *c: fresh(body_fn(*c)), tuple(carried)))
+    while test_fn(*carried):
+        carried = body_fn(*carried)
+    return tuple(carried)
+
+
 def fresh(outs: tuple[Any, ...]) -> tuple[Any, ...]:
     """Copies of a branch's outputs: torch.cond refuses a branch output that aliases its input."""
     return tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in outs)

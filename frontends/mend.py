@@ -6,9 +6,10 @@ Pipeline (``mend(model)``, run by ``torchmux.compile`` and ``torchmux.explain`` 
 1. For the model's ``forward`` (every submodule's whose class is not torch's own), the ``self.<method>``
    helpers it calls and the global functions it calls, read the source (``inspect``); without source,
    or for a lambda, a generator, a wrapped function or one using private ``__names``, do nothing.
-2. Apply the AST rules of :mod:`torchmux.frontends.rewrites` (tensor if/else -> ``torch.where`` /
-   ``torch.cond``, deferred print/warn/logging, checks raised after the graph, ``.item()`` kept a
-   tensor for logging). Every rule guards itself at run time and falls back to the user's statements.
+2. Apply the AST rules of :mod:`torchmux.frontends.rewrites` (tensor if/else, nested and ``elif``
+   -> ``torch.where`` / ``torch.cond``, tensor while -> ``torch.while_loop``, deferred
+   print/warn/logging, checks raised after the graph, ``.item()`` kept a tensor for logging and, exactly,
+   in tests). Every rule guards itself at run time and falls back to the user's statements.
 3. Compile the rewritten function with the user's file name and line numbers, with the original
    closure cells and globals, so errors, tracebacks and break reports point at the user's code.
 4. Install it by binding the new function to the *instance* (``module.forward = MethodType(...)``);

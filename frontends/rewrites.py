@@ -1,4 +1,4 @@
-"""The mend pass over one function: rules 2-4 here, rule 1 in :mod:`torchmux.frontends.mend_effects`.
+"""The mend pass over one function: rules 2-5 here, rule 1 in :mod:`torchmux.frontends.mend_effects`.
 
 ``rewrite(fdef, ctx)`` rewrites the ``ast.FunctionDef`` of a user function in place and returns how
 many rewrites it applied (``ctx.notes``: which, where). The new code calls helpers from
@@ -20,6 +20,10 @@ many rewrites it applied (``ctx.notes``: which, where). The new code calls helpe
    lowered first: both of its branches run and ``_mend_rt.pick`` selects. In a test, ``not t`` stays
    a tensor and a float ``.item()`` compared (or added, subtracted, multiplied, then compared) stays in
    the graph as float64, which gives exactly Python's answer (``mend_analysis.exact_items``).
+5. **Tensor while.** ``while <tensor test>:`` whose body only assigns side-effect-free values to names
+   bound before the loop (ifs inside lowered as in rule 4) becomes ``_mend_rt.loop``:
+   ``torch.while_loop`` when every carried value is a tensor needing no gradient, the Python loop
+   otherwise.
 
 Every rewrite keeps the user's statements behind a guard decided while Dynamo traces: when the test
 is not a one-element tensor, or a ``self.<module>`` call is not a known side-effect-free module, the
@@ -155,6 +159,10 @@ class _Block:
             s.body = self.stmts(s.body, set(defined) | names_stored([ast.Assign([s.target], ast.Constant(0))]))
             s.orelse = self.stmts(s.orelse, set(defined))
         elif isinstance(s, ast.While):
+            if maybe_tensor_test(s.test, self.ctx):
+                new = self.while_convert(s, defined)
+                if new is not None:
+                    return new
             s.body = self.stmts(s.body, set(defined))
             s.orelse = self.stmts(s.orelse, set(defined))
         elif isinstance(s, (ast.With, ast.AsyncWith)):
@@ -340,6 +348,41 @@ class _Block:
         new = [ast.Assign([name_node(q, True)], exact_items(s.test)), *t_body, *f_body,
                ast.Assign([ast.Tuple([name_node(x, True) for x in outputs], ast.Store())], pick)]
         return located(new, s)
+
+    # --- rule 5: while on a tensor test ---------------------------------------------------------------
+
+    def while_convert(self, s: ast.While, defined: set[str]) -> list[ast.stmt] | None:
+        """``while <tensor test>:`` whose body only assigns side-effect-free values to names already bound
+        (or holds ifs that ``nested_ok`` lowers) becomes ``_mend_rt.loop``: ``torch.while_loop`` in the
+        graph, the same loop in Python where that cannot be."""
+        if s.orelse:
+            return None
+        pure = purity(exact_items(s.test), self.ctx, Purity())
+        bound = set(defined)
+        for st in s.body:
+            if isinstance(st, ast.Pass):
+                continue
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and _plain_target(st.targets[0]):
+                purity(st.value, self.ctx, pure)
+            elif not (isinstance(st, ast.If) and self.nested_ok(st, pure, bound)):
+                return None
+            bound |= names_stored([st])
+        carried = sorted(names_stored(s.body))
+        if not pure.ok or pure.random or pure.modules or not carried or not set(carried) <= defined:
+            return None  # self.<module> calls are not checked inside a loop body: left alone
+        k = self.ctx.counter + 1
+        note = self.ctx.note(s, "while on a tensor -> torch.while_loop")
+        self.ctx.counter = k
+        params = ast.arguments([], [ast.arg(n) for n in carried], None, [], [], None, [])
+        body, outs = self.branch(s.body, f"_mend_w{k}_", carried, (f"_mend_w{k}", 1))
+        test_fn = ast.FunctionDef(f"_mend_wtest{k}", params, [ast.Return(exact_items(s.test))], [], None, **_TYPE_PARAMS)
+        body_fn = ast.FunctionDef(f"_mend_wbody{k}", copy.deepcopy(params),
+                                  body + [ast.Return(ast.Tuple([name_node(x) for x in outs], ast.Load()))], [], None,
+                                  **_TYPE_PARAMS)
+        run = ast.Assign([ast.Tuple([name_node(x, True) for x in carried], ast.Store())],
+                         rt_call("loop", ast.Constant(note), name_node(test_fn.name), name_node(body_fn.name),
+                                 ast.Tuple([name_node(x) for x in carried], ast.Load())))
+        return located([test_fn, body_fn, run], s)
 
     def branch(self, body: list[ast.stmt], prefix: str, outputs: list[str], guard: tuple[str, int]) -> tuple[list[ast.stmt], list[str]]:
         """The branch's statements with every name it binds renamed (so both branches can run), and its outputs."""

@@ -399,6 +399,57 @@ def test_not_of_a_tensor_test_is_one_graph() -> None:
         torch.testing.assert_close(fast(x), f(x))
 
 
+def halve_until_small(x):
+    steps = torch.zeros(())
+    while x.norm() > 1:
+        x = x / 2
+        if x.max() > 0.5:
+            x = x - 0.1
+        steps = steps + 1
+    return x, steps
+
+
+def test_while_on_a_tensor_test_is_one_graph_for_any_trip_count() -> None:
+    report = explain(halve_until_small, torch.full((8,), 4.0))
+    assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
+    assert any("torch.while_loop" in r for r in report.rewrites), report.rewrites
+    fast = compiled(halve_until_small)
+    for scale in (0.01, 1.0, 4.0, 1000.0):  # zero to many iterations, one graph
+        x = torch.linspace(-1, 1, 8) * scale
+        for got, want in zip(fast(x), halve_until_small(x)):
+            torch.testing.assert_close(got, want)
+
+
+def test_while_loops_that_cannot_be_graphs_run_as_python() -> None:
+    def unbound_before(x):
+        while x.sum() > 1:
+            y = x / 2  # y is first bound inside: with zero iterations it stays unbound
+            x = y
+        return x
+
+    def with_break(x):
+        while x.sum() > 1:
+            x = x / 2
+            if x.max() > 100:
+                break
+        return x
+
+    def python_counter(x):
+        i = 0
+        while x.sum() > 1:  # i is a Python int: the loop runs in Python, counting the same
+            x = x / 2
+            i = i + 1
+        return x * i
+
+    for f in (unbound_before, with_break, python_counter):
+        fast = compiled(f)
+        for scale in (0.1, 10.0):
+            x = torch.ones(4) * scale
+            torch.testing.assert_close(fast(x), f(x))
+    assert not any("while_loop" in r for r in explain(with_break, torch.ones(4)).rewrites)
+    assert not any("while_loop" in r for r in explain(unbound_before, torch.ones(4)).rewrites)
+
+
 def test_impure_branches_are_left_alone() -> None:
     class Counter(nn.Module):
         def __init__(self) -> None:
@@ -526,8 +577,10 @@ def test_hugging_face_model_has_no_break_and_same_outputs(name: str) -> None:
 def test_remaining_break_names_users_file_and_line() -> None:
     def f(x):
         print("norm", x.norm())
-        while x.norm() > 1:  # data-dependent trip count: this break stays
+        while x.norm() > 1:  # a loop with a break statement is not rewritten: this graph break stays
             x = x / 2
+            if x.max() > 1e9:
+                break
         return x
 
     line = f.__code__.co_firstlineno + 2
@@ -548,8 +601,10 @@ def test_breaks_after_breaks_keep_their_lines() -> None:
             y = y.relu()
         else:
             y = y.tanh()
-        while y.norm() > 1:
+        while y.norm() > 1:  # not rewritten (a break statement): stays a graph break
             y = y / 2
+            if y.max() > 1e9:
+                break
         return y
 
     first = g.__code__.co_firstlineno
