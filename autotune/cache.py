@@ -2,7 +2,7 @@
 
 One small JSON file per decision under ``$TORCHMUX_CACHE_DIR/decisions/``. The key names everything
 that can change the choice: the graph's fingerprint, the input signature, the candidates with their
-versions, the mode, how many segments a split may have, and torch's version. A remembered winner is still checked against the reference
+versions, the mode, how many segments a split may have, and torch's and torchmux's versions. A remembered winner is still checked against the reference
 before it is trusted; if it fails, the tuner measures everything again.
 """
 
@@ -24,9 +24,16 @@ from ..core.ir import GraphIR
 def decision_key(ir: GraphIR, signature: tuple, candidates: Sequence[Any], mode: str | None, split: int = 0) -> str:
     parts = [
         ir.fingerprint(), repr(signature), mode or "default", torch.__version__, f"split={split}",
+        f"torchmux={_torchmux_version()}",
         ",".join(sorted(f"{b.name}={_version(b)}" for b in candidates)),
     ]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
+
+
+def _torchmux_version() -> str:
+    from .. import __version__  # a new torchmux measures again: its backends and tuner may have changed
+
+    return __version__
 
 
 def _version(backend: Any) -> str:
