@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .autotune.dispatch import TorchmuxFallbackWarning
-from .core.api import compile
+from .api.compile import compile
+from .api.explain import ExplainReport, explain
 from .core.backend import Availability, Backend, CompiledGraph, CompileRequest
 from .core.errors import (
     BackendUnavailableError,
@@ -12,14 +12,13 @@ from .core.errors import (
     IRLintError,
     PluginError,
     TorchmuxError,
+    TorchmuxFallbackWarning,
     UnknownBackendError,
 )
 from .core.hookspecs import hookimpl
 from .core.ir import GraphIR, ReferenceInterpreter, TensorSpec
 from .core.registry import BackendInfo, list_backends, register_plugin
-from .frontends.explain import ExplainReport, explain
-
-__version__ = "0.1.0"
+from .core.version import __version__
 
 __all__ = [
     "Availability", "Backend", "BackendInfo", "BackendUnavailableError", "BadArgumentError", "CompileRequest",

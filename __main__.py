@@ -1,5 +1,5 @@
 import sys
 
-from .core.cli import main
+from .api.cli import main
 
 sys.exit(main())

@@ -38,7 +38,7 @@ from ..core import settings
 from ..core.backend import Backend
 from ..core.compare import mismatch
 from ..core.ir import GraphIR
-from .partition import Placement, _region_inputs, _Region
+from .placement import Placement, _region_inputs, _Region
 from .tuner import SCREEN_FACTOR, Measurement, short_error, time_rounds, choose, measure
 
 

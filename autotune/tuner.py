@@ -34,7 +34,7 @@ import torch
 from ..core.backend import Backend
 from ..core.compare import mismatch
 from ..core.ir import GraphIR
-from .partition import Placement, build_placement
+from .placement import Placement, build_placement
 
 
 @dataclass

@@ -10,27 +10,27 @@ from __future__ import annotations
 
 import torch
 
-import torchmux
-from torchmux.core.ir import op_name
+from torchmux import extend
+from torchmux.extend import op_name
 
 
-class CudaGraphsBackend(torchmux.Backend):
+class CudaGraphsBackend(extend.Backend):
     name = "cudagraphs"
     devices = ("cuda",)
     package = "torch"
     description = "records the ATen graph as a CUDA graph and replays it (removes launch overhead)"
 
-    def availability(self) -> torchmux.Availability:
+    def availability(self) -> extend.Availability:
         if not torch.cuda.is_available():
-            return torchmux.Availability.no("no CUDA GPU visible to torch (CUDA graphs need one)")
-        return torchmux.Availability.yes()
+            return extend.Availability.no("no CUDA GPU visible to torch (CUDA graphs need one)")
+        return extend.Availability.yes()
 
     def supports(self, node: torch.fx.Node) -> bool:
         # ops that synchronize with the host or allocate data-dependent shapes cannot be recorded
         name = op_name(node)
         return name not in {"aten.nonzero.default", "aten._local_scalar_dense.default", "aten.masked_select.default"} and super().supports(node)
 
-    def compile(self, request: torchmux.CompileRequest) -> torchmux.CompiledGraph:
+    def compile(self, request: extend.CompileRequest) -> extend.CompiledGraph:
         if request.device != "cuda":
             raise RuntimeError("cudagraphs runs CUDA tensors only")
         forward = request.ir.gm.forward
@@ -55,6 +55,6 @@ class CudaGraphsBackend(torchmux.Backend):
         return run
 
 
-@torchmux.hookimpl
-def torchmux_add_backends() -> list[torchmux.Backend]:
+@extend.hookimpl
+def torchmux_add_backends() -> list[extend.Backend]:
     return [CudaGraphsBackend()]

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import torch
 
-import torchmux
+from torchmux import extend
 
 
-class EagerBackend(torchmux.Backend):
+class EagerBackend(extend.Backend):
     name = "eager"
     devices = ("cpu", "cuda")
     package = "torch"
@@ -23,7 +23,7 @@ class EagerBackend(torchmux.Backend):
         """Every op in every dtype (float64 and complex included): it is what ATen runs."""
         return True
 
-    def compile(self, request: torchmux.CompileRequest) -> torchmux.CompiledGraph:
+    def compile(self, request: extend.CompileRequest) -> extend.CompiledGraph:
         forward = request.ir.gm.forward
 
         def run(*args: torch.Tensor) -> list[torch.Tensor]:
@@ -32,6 +32,6 @@ class EagerBackend(torchmux.Backend):
         return run
 
 
-@torchmux.hookimpl
-def torchmux_add_backends() -> list[torchmux.Backend]:
+@extend.hookimpl
+def torchmux_add_backends() -> list[extend.Backend]:
     return [EagerBackend()]

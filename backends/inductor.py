@@ -10,20 +10,20 @@ import shutil
 
 import torch
 
-import torchmux
+from torchmux import extend
 
 
-class InductorBackend(torchmux.Backend):
+class InductorBackend(extend.Backend):
     name = "inductor"
     devices = ("cpu", "cuda")
     package = "torch"
     description = "torch._inductor: C++/OpenMP on the CPU, Triton on the GPU"
     dynamic_shapes = True
 
-    def availability(self) -> torchmux.Availability:
+    def availability(self) -> extend.Availability:
         if not torch.cuda.is_available() and not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):
-            return torchmux.Availability.no("no C++ compiler on PATH (Inductor's CPU code needs g++ or clang++); install one, or use a GPU")
-        return torchmux.Availability.yes()
+            return extend.Availability.no("no C++ compiler on PATH (Inductor's CPU code needs g++ or clang++); install one, or use a GPU")
+        return extend.Availability.yes()
 
     def supports(self, node: torch.fx.Node) -> bool:
         """Every op but ``while_loop``: Inductor lowers it only inside its own trace (the symbolic-shape
@@ -31,7 +31,7 @@ class InductorBackend(torchmux.Backend):
         Inductor's regions."""
         return node.target is not getattr(torch.ops.higher_order, "while_loop", None) and super().supports(node)
 
-    def compile(self, request: torchmux.CompileRequest) -> torchmux.CompiledGraph:
+    def compile(self, request: extend.CompileRequest) -> extend.CompiledGraph:
         from torch._inductor import compile_fx
 
         config_patches: dict = {}
@@ -61,6 +61,6 @@ def _views_as_reshapes(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return gm
 
 
-@torchmux.hookimpl
-def torchmux_add_backends() -> list[torchmux.Backend]:
+@extend.hookimpl
+def torchmux_add_backends() -> list[extend.Backend]:
     return [InductorBackend()]

@@ -78,8 +78,14 @@ class Backend:
     auto: bool = True
     #: floating dtypes it computes in (integer and bool values pass through any backend that claims the op)
     dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16)
-    #: the ATen ops it claims (``aten.add.Tensor`` style, as ``torchmux.core.ir.op_name`` spells them);
-    #: None claims every op. Claims come from the conformance suite, never from guesses.
+    #: the Core ATen ops it claims, per floating dtype name (``{"float32": frozenset({"aten.add.Tensor",
+    #: ...}), "float16": ...}``), read from the conformance suite's results with
+    #: :func:`torchmux.extend.load_claims`; a node whose floating values are all float32 is claimed when
+    #: its op is under "float32", and so on. None: :attr:`ops` decides.
+    claims: Mapping[str, frozenset[str]] | None = None
+    #: the ATen ops it claims in every dtype it lists (``aten.add.Tensor`` style, as
+    #: :func:`torchmux.extend.op_name` spells them); None claims every op. Older plugins set this;
+    #: :attr:`claims` says more. Claims come from the conformance suite, never from guesses.
     ops: frozenset[str] | None = None
 
     @property
@@ -93,12 +99,21 @@ class Backend:
     def supports(self, node: fx.Node) -> bool:
         """Per-node capability: True if this backend runs ``node`` correctly. Pure; no side effects.
 
-        The default: the op is in :attr:`ops` (or ``ops`` is None), and every floating value it reads
-        or writes has a dtype in :attr:`dtypes`.
+        The default: every floating value it reads or writes has a dtype in :attr:`dtypes`, and the op
+        is claimed in each of those dtypes (:attr:`claims`; in any dtype when the node has no floating
+        value), or is in :attr:`ops` (or ``ops`` is None) when ``claims`` is None.
         """
-        if self.ops is not None and op_name(node) not in self.ops and op_name(node) != "getitem":
+        name = op_name(node)
+        floats = node_float_dtypes(node)
+        if not all(d in self.dtypes for d in floats):
             return False
-        return all(d in self.dtypes for d in node_float_dtypes(node))
+        if name == "getitem":
+            return True
+        if self.claims is not None:
+            if floats:
+                return all(name in self.claims.get(str(d).removeprefix("torch."), ()) for d in floats)
+            return any(name in ops for ops in self.claims.values())
+        return self.ops is None or name in self.ops
 
     def supports_device(self, device: str) -> bool:
         return device in self.devices

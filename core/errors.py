@@ -39,5 +39,9 @@ class IRLintError(TorchmuxError, AssertionError):
     """A graph does not satisfy the normalized-IR invariants (see torchmux.core.ir)."""
 
 
+class TorchmuxFallbackWarning(UserWarning):
+    """A backend failed, crashed or answered wrong on a graph, and torchmux ran the graph another way."""
+
+
 class NoCorrectBackendError(TorchmuxError, RuntimeError):
     """No candidate backend produced a correct answer for a graph (eager always should: this is a bug)."""

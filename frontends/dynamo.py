@@ -8,9 +8,11 @@ Pipeline for each graph Dynamo captures (between graphs Python runs as usual, as
    under autograd it splits forward and backward, and both come back to us.
 3. Each resulting graph becomes a linted :class:`GraphIR`, and the plugins' ``torchmux_graph_captured``
    hook sees it.
-4. A :class:`GraphRunner` stands in for it and chooses a backend on first call.
+4. The ``place`` function the API layer gave us (the autotuner's runner) stands in for it.
 
-If any step fails the graph runs as Dynamo captured it (eagerly), with a warning.
+If any step fails the graph runs as Dynamo captured it (eagerly), with a warning. This module knows
+nothing of placement or backends: it hands each normalized graph to ``place`` and returns what
+``place`` returned to Dynamo.
 """
 
 from __future__ import annotations
@@ -22,10 +24,13 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from ..autotune.dispatch import GraphRunner, TorchmuxFallbackWarning
-from ..core.config import CompileConfig, resolve
+from ..core.errors import TorchmuxFallbackWarning
 from ..core.ir import GraphIR
 from ..core.registry import get_registry
+
+#: what the API layer passes in: a normalized graph -> the callable that runs it
+Place = Callable[[GraphIR], Callable[..., Any]]
+
 
 @dataclass
 class CapturedGraph:
@@ -34,7 +39,7 @@ class CapturedGraph:
     index: int
     dynamo_gm: fx.GraphModule
     break_reason: Any  # torch._dynamo GraphCompileReason, or None
-    runners: list[GraphRunner] = field(default_factory=list)
+    runners: list[Any] = field(default_factory=list)  # what ``place`` returned, one per normalized graph
     error: str | None = None
 
     @property
@@ -67,10 +72,10 @@ def _input_kinds(gm: fx.GraphModule, example_inputs: list[Any]) -> list[str]:
 
 
 class TorchmuxDynamoBackend:
-    """A Dynamo backend (``torch.compile(m, backend=TorchmuxDynamoBackend(config))``)."""
+    """A Dynamo backend (``torch.compile(m, backend=TorchmuxDynamoBackend(place))``)."""
 
-    def __init__(self, config: CompileConfig, recorder: Recorder | None = None) -> None:
-        self.config = config
+    def __init__(self, place: Place, recorder: Recorder | None = None) -> None:
+        self.place = place
         self.recorder = recorder
         self._count = 0
 
@@ -94,7 +99,7 @@ class TorchmuxDynamoBackend:
                     name=f"graph_{index}" + ("" if phase == "inference" else f"_{phase}"), phase=phase,
                 ).lint()
                 registry.notify("torchmux_graph_captured", ir=ir)
-                runner = GraphRunner(ir, self.config)
+                runner = self.place(ir)
                 captured.runners.append(runner)
                 return make_boxed_func(runner)
 
@@ -114,35 +119,3 @@ class TorchmuxDynamoBackend:
                 TorchmuxFallbackWarning, stacklevel=2,
             )
             return gm.forward
-
-
-_SHARED: dict[tuple, TorchmuxDynamoBackend] = {}
-
-
-def shared_backend(config: CompileConfig) -> TorchmuxDynamoBackend:
-    """One Dynamo backend object per distinct configuration.
-
-    Dynamo guards each cached graph on the identity of the backend that compiled it, and counts every
-    new backend against the recompile limit of the code object. Compiling two models of the same class
-    (or two ``nn.Sequential``s) with the same settings must reuse the same backend, or the tenth
-    ``torchmux.compile`` of a Sequential would silently run eagerly.
-    """
-    key = (
-        tuple(id(b) for b in config.backends), config.auto, config.mode,
-        repr(sorted(config.own.items())), repr(sorted((k, sorted(v.items())) for k, v in config.backend_options.items())),
-    )
-    if key not in _SHARED:
-        _SHARED[key] = TorchmuxDynamoBackend(config)
-    return _SHARED[key]
-
-
-def torchmux_dynamo_backend(gm: fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
-    """Entry point for ``torch.compile(m, backend="torchmux")`` (group ``torch_dynamo_backends``).
-
-    ``torch.compile(m, backend="torchmux", mode=..., options={...})`` passes mode and options through;
-    the backend choice is "auto". Name a backend with ``options={"backend": "onnxruntime"}``.
-    """
-    options = dict(kwargs.get("options") or {})
-    backend = options.pop("backend", "auto")
-    config = resolve(backend, kwargs.get("mode"), options)
-    return shared_backend(config)(gm, example_inputs)

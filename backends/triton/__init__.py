@@ -20,8 +20,10 @@ import os
 import torch
 import torch.fx as fx
 
-import torchmux
-from torchmux.core.backend import module_present, package_version, version_tuple
+from pathlib import Path
+
+from torchmux import extend
+from torchmux.extend import load_claims, module_present, package_version, version_tuple
 
 from .fusion import HANDLED_OPS, op_key
 
@@ -34,94 +36,14 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-class TritonBackend(torchmux.Backend):
+class TritonBackend(extend.Backend):
     name = "triton"
     package = "triton"
     description = "torchmux's Triton code generator: fuses pointwise ops and reductions, ATen for matmul/conv"
-    # from `TRITON_INTERPRET=1 python tests/conformance/probe.py triton --dtype float32 --dtype float16 --dtype bfloat16`
-    ops = frozenset({
-        "aten.abs.default",
-        "aten.neg.default",
-        "aten.exp.default",
-        "aten.expm1.default",
-        "aten.log.default",
-        "aten.log1p.default",
-        "aten.sqrt.default",
-        "aten.rsqrt.default",
-        "aten.reciprocal.default",
-        "aten.sin.default",
-        "aten.cos.default",
-        "aten.tanh.default",
-        "aten.sigmoid.default",
-        "aten.erf.default",
-        "aten.relu.default",
-        "aten.gelu.default",
-        "aten.floor.default",
-        "aten.ceil.default",
-        "aten.round.default",
-        "aten.sign.default",
-        "aten.pow.Tensor_Scalar",
-        "aten.clamp.default",
-        "aten.leaky_relu.default",
-        "aten.hardtanh.default",
-        "aten.elu.default",
-        "aten.add.Tensor",
-        "aten.sub.Tensor",
-        "aten.mul.Tensor",
-        "aten.div.Tensor",
-        "aten.maximum.default",
-        "aten.minimum.default",
-        "aten.pow.Tensor_Tensor",
-        "aten.fmod.Tensor",
-        "aten.eq.Tensor",
-        "aten.ne.Tensor",
-        "aten.gt.Tensor",
-        "aten.lt.Tensor",
-        "aten.le.Tensor",
-        "aten.ge.Scalar",
-        "aten.le.Scalar",
-        "aten.logical_and.default",
-        "aten.logical_not.default",
-        "aten.where.self",
-        "aten.scalar_tensor.default",
-        "aten._to_copy.default",
-        "aten.sum.dim_IntList",
-        "aten.mean.dim",
-        "aten.amax.default",
-        "aten.amin.default",
-        "aten.var.correction",
-        "aten.argmax.default",
-        "aten.prod.dim_int",
-        "aten.cumsum.default",
-        "aten.any.dim",
-        "aten.mm.default",
-        "aten.bmm.default",
-        "aten.addmm.default",
-        "aten.convolution.default",
-        "aten.max_pool2d_with_indices.default",
-        "aten.avg_pool2d.default",
-        "aten._native_batch_norm_legit_no_training.default",
-        "aten.native_layer_norm.default",
-        "aten._softmax.default",
-        "aten._log_softmax.default",
-        "aten.native_group_norm.default",
-        "aten.view.default",
-        "aten.permute.default",
-        "aten.expand.default",
-        "aten.unsqueeze.default",
-        "aten.squeeze.dims",
-        "aten.cat.default",
-        "aten.slice.Tensor",
-        "aten.select.int",
-        "aten.index.Tensor",
-        "aten.gather.default",
-        "aten.embedding.default",
-        "aten.constant_pad_nd.default",
-        "aten.clone.default",
-        "aten.split_with_sizes.default",
-        "aten.arange.start_step",
-        "aten.full.default",
-    })
+    # what the conformance suite passed (`TRITON_INTERPRET=1 python -m torchmux.testing.probe triton
+    # --dtype float32 --dtype float16 --dtype bfloat16 --write ...`); supports() also asks the code
+    # generator's own table (fusion.HANDLED_OPS)
+    claims = load_claims(Path(__file__).with_name("claims.json"))
 
     @property
     def devices(self) -> tuple[str, ...]:  # type: ignore[override]
@@ -132,17 +54,17 @@ class TritonBackend(torchmux.Backend):
         # the CPU interpreter is for testing: never chosen for speed
         return torch.cuda.is_available()
 
-    def availability(self) -> torchmux.Availability:
+    def availability(self) -> extend.Availability:
         version = package_version("triton")
         if version is None or not module_present("triton"):
-            return torchmux.Availability.no("triton is not installed; pip install 'torchmux[triton]' (triton>=3.0)")
+            return extend.Availability.no("triton is not installed; pip install 'torchmux[triton]' (triton>=3.0)")
         if version_tuple(version) < MIN_VERSION:
-            return torchmux.Availability.no(f"triton {version} is too old; torchmux needs triton>=3.0 (pip install -U triton)")
+            return extend.Availability.no(f"triton {version} is too old; torchmux needs triton>=3.0 (pip install -U triton)")
         if not torch.cuda.is_available() and not _interpreting():
-            return torchmux.Availability.no(
+            return extend.Availability.no(
                 "no CUDA GPU; set TRITON_INTERPRET=1 to run kernels in Triton's CPU interpreter (slow, for testing)"
             )
-        return torchmux.Availability.yes()
+        return extend.Availability.yes()
 
     def supports(self, node: fx.Node) -> bool:
         # only ops the code generator lowers (or routes to ATen) ...
@@ -151,13 +73,13 @@ class TritonBackend(torchmux.Backend):
         # ... and the claims and dtypes of the base class
         return super().supports(node)
 
-    def compile(self, request: torchmux.CompileRequest) -> torchmux.CompiledGraph:
+    def compile(self, request: extend.CompileRequest) -> extend.CompiledGraph:
         from .runtime import compile_graph
 
         tune = request.mode in ("max-autotune", "max-autotune-no-cudagraphs") or bool(request.options.get("autotune"))
         return compile_graph(request.ir, request.example_inputs, autotune=tune)
 
 
-@torchmux.hookimpl
-def torchmux_add_backends() -> list[torchmux.Backend]:
+@extend.hookimpl
+def torchmux_add_backends() -> list[extend.Backend]:
     return [TritonBackend()]

@@ -21,8 +21,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx as fx
 
-from torchmux.core import settings
-from torchmux.core.ir import GraphIR
+from torchmux.extend import GraphIR, artifact_dir, atomic_write, debug_dir
 
 from . import codegen, fusion
 
@@ -37,18 +36,21 @@ def interpreting() -> bool:
 
 
 def _load(ks: codegen.KernelSource) -> Callable[..., Any]:
-    """Write the kernel's source to the cache dir and import it; one module per distinct source."""
+    """Write the kernel's source to the cache dir and import it; one module per distinct source.
+
+    triton.jit reads a kernel's source from its file, so the file must exist; what is on disk is
+    executed only if it is exactly the source generated here (a planted or truncated file is rewritten)."""
     digest = hashlib.sha256(ks.source.encode()).hexdigest()[:16]
     with _lock:
         if digest in _loaded:
             return _loaded[digest]
-        folder = settings.CACHE_DIR.get() / "triton"
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"tmx_{digest}.py"
-        if not path.exists():
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(ks.source)
-            os.replace(tmp, path)
+        path = artifact_dir("triton") / f"tmx_{digest}.py"
+        try:
+            same = path.read_text() == ks.source
+        except (OSError, UnicodeDecodeError):
+            same = False
+        if not same:
+            atomic_write(path, ks.source)
         module_name = f"torchmux_triton_kernels.tmx_{digest}"
         spec = importlib.util.spec_from_file_location(module_name, path)
         assert spec is not None and spec.loader is not None
@@ -191,7 +193,7 @@ def compile_graph(ir: GraphIR, example_inputs: Sequence[Any], *, autotune: bool 
         if node.op == "get_attr" and "val" not in node.meta:
             node.meta["val"] = getattr(ir.gm, str(node.target))
     plan = fusion.plan(ir.graph)
-    debug = settings.DEBUG_DIR.get()
+    debug = debug_dir()
     steps: list[tuple[Callable[[dict[fx.Node, Any]], None], list[fx.Node]]] = []
     sources: list[codegen.KernelSource] = []
     launches: list[_Launch] = []

@@ -1,4 +1,4 @@
-"""autotune/dispatch.py, tuner.py, partition.py and cache.py: choosing, partitioning, remembering."""
+"""autotune/runner.py, tuner.py, partition.py and cache.py: choosing, partitioning, remembering."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import torchmux
-from torchmux.autotune.dispatch import GraphRunner
-from torchmux.autotune.partition import build_placement
+from torchmux.autotune.runner import GraphRunner
+from torchmux.autotune.placement import build_placement
 from torchmux.autotune.tuner import choose, measure
 from torchmux.core.config import resolve
 from torchmux.core.ir import GraphIR

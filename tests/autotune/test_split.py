@@ -7,7 +7,7 @@ import time
 import torch
 
 import torchmux
-from torchmux.autotune.dispatch import GraphRunner
+from torchmux.autotune.runner import GraphRunner
 from torchmux.autotune.split import Plan, _live_after, build_split, cut_points, split, try_split
 from torchmux.autotune.tuner import measure
 from torchmux.core.config import CompileConfig

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 import torchmux
-from torchmux.autotune import zoo
+from torchmux.bench import zoo
 from torchmux.core.compare import mismatch
 from torchmux.core.registry import get_registry
 from torchmux.core.trace import trace
@@ -31,7 +31,7 @@ if not get_registry().availability("onnxruntime").ok:
 
 import onnxruntime as ort  # noqa: E402
 
-from torchmux.backends._onnxruntime_impl import OrtGraph  # noqa: E402
+from torchmux.backends.onnxruntime.session import OrtGraph  # noqa: E402
 from torchmux.backends.onnxruntime import CPU, CUDA, usable_providers  # noqa: E402
 
 PY = sys.executable
@@ -177,7 +177,7 @@ _CHILD = textwrap.dedent("""
     import torchmux
     from torchmux.core.registry import get_registry
     from torchmux.core.trace import trace
-    import torchmux.backends._onnxruntime_impl as impl
+    import torchmux.backends.onnxruntime.session as impl
 
     def fn(x, w, b):
         return F.gelu(F.linear(x, w, b)).softmax(-1)

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 pytest.importorskip("triton")
 
-from torchmux.autotune.partition import build_placement  # noqa: E402
+from torchmux.autotune.placement import build_placement  # noqa: E402
 from torchmux.backends.triton import TritonBackend  # noqa: E402
 from torchmux.backends.triton.fusion import MAX_ROW, Extern, op_key, plan  # noqa: E402
 from torchmux.backends.triton.runtime import compile_graph  # noqa: E402
@@ -319,8 +319,8 @@ def test_compiled_kernels_on_the_gpu():
 def test_hf_model_matches_eager(model):
     pytest.importorskip("transformers")
     import torchmux
-    from torchmux.autotune.dispatch import TorchmuxFallbackWarning
-    from torchmux.autotune.zoo import build, tensors_of
+    from torchmux import TorchmuxFallbackWarning
+    from torchmux.bench.zoo import build, tensors_of
 
     torch._dynamo.reset()
     m, args = build(model, 1)

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 import torchmux
-from torchmux.autotune import zoo
+from torchmux.bench import zoo
 from torchmux.core.registry import get_registry
 from torchmux.core.trace import trace
 

@@ -10,17 +10,12 @@ Tests that need a GPU are marked ``gpu`` and skip without one.
 from __future__ import annotations
 
 import functools
-import os
-import sys
 
 import pytest
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
-from cases import CASES, CASES_BY_OP, Case  # noqa: E402
-
-from torchmux.core.conformance import case_ir, check, claims  # noqa: E402
-from torchmux.core.registry import get_registry  # noqa: E402
+from torchmux.core.registry import get_registry
+from torchmux.testing import CASES, CASES_BY_OP, Case, case_ir, check, claims
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 SAMPLED = {"inductor"}  # backends that run one case per family
@@ -82,11 +77,12 @@ def test_op_cuda(backend_name: str, case: Case, dtype: torch.dtype) -> None:
 
 @pytest.mark.parametrize("backend_name", get_registry().names)
 def test_claims_come_from_the_suite(backend_name: str) -> None:
-    """A backend with an explicit op list claims only ops the suite has a case for (no guessing)."""
-    ops = getattr(get_registry().get(backend_name), "ops", None)
-    if ops is None:
-        pytest.skip(f"{backend_name} claims every op (ops=None): the suite runs it on every case it can")
-    unknown = sorted(set(ops) - set(CASES_BY_OP))
+    """A backend's claims name only ops the suite has a case for (no guessing)."""
+    backend = get_registry().get(backend_name)
+    claimed = set().union(*backend.claims.values()) if backend.claims else set(backend.ops or ())
+    if backend.claims is None and backend.ops is None:
+        pytest.skip(f"{backend_name} claims every op: the suite runs it on every case it can")
+    unknown = sorted(claimed - set(CASES_BY_OP))
     assert not unknown, f"{backend_name} claims ops the conformance suite does not test: {unknown}"
 
 

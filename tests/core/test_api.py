@@ -1,4 +1,4 @@
-"""core/api.py: compile() on real models with eager, inductor and auto; arguments; fallbacks."""
+"""api/compile.py: compile() on real models with eager, inductor and auto; arguments; fallbacks."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import torchmux
-from torchmux.autotune.zoo import build, tensors_of
+from torchmux.bench.zoo import build, tensors_of
 from torchmux.core.registry import get_registry
 
 

@@ -26,7 +26,7 @@ from typing import Any, Iterator
 import torch
 
 from torchmux.frontends import mend as mend_module
-from torchmux.frontends.explain import compile_recorded, report
+from torchmux.api.explain import compile_recorded, report
 
 MODES = ("torchmux", "torchmux-nomend", "rewrites-only", "switches-only", "dynamo")
 CORPUS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs.py")

@@ -1,4 +1,4 @@
-"""frontends/dynamo.py and frontends/explain.py: capture, normalization, graph counts, fullgraph errors.
+"""frontends/dynamo.py and api/explain.py: capture, normalization, graph counts, fullgraph errors.
 
 The four programs are those of the "common torch.compile mistakes" article. Capture here is Dynamo's
 own (the mending pass is off), so graph and break counts must equal torch._dynamo.explain's.

@@ -560,7 +560,7 @@ HF = ["bert", "gpt2", "t5_encoder", "vit", "wav2vec2", "bart"]
 
 @pytest.mark.parametrize("name", HF)
 def test_hugging_face_model_has_no_break_and_same_outputs(name: str) -> None:
-    from torchmux.autotune.zoo import build, tensors_of
+    from torchmux.bench.zoo import build, tensors_of
 
     model, args = {"wav2vec2": _wav2vec2, "bart": _bart}[name]() if name in ("wav2vec2", "bart") else build(name)
     with torch.no_grad():

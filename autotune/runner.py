@@ -18,17 +18,14 @@ import torch
 
 from ..core import settings
 from ..core.config import CompileConfig
+from ..core.errors import TorchmuxFallbackWarning
 from ..core.ir import GraphIR
 from ..core.registry import get_registry
-from . import cache
+from . import decisions as cache
 from ..core.compare import mismatch
-from .partition import build_placement
+from .placement import build_placement
 from .split import Plan, build_split, try_split
 from .tuner import Decision, Measurement, choose, measure
-
-
-class TorchmuxFallbackWarning(UserWarning):
-    """A backend failed, crashed or answered wrong on a graph, and torchmux ran the graph another way."""
 
 
 def _signature(args: Sequence[Any], keyed: Sequence[int]) -> tuple:

@@ -118,7 +118,7 @@ def _load(model: str, batch: int, device: str) -> tuple[torch.nn.Module, tuple[A
 def first_call(system: str, model: torch.nn.Module, args: tuple[Any, ...], device: str,
                threads: int | None) -> tuple[Callable[..., Any], Any, float, list[str]]:
     """Compile and call once: (callable, output, seconds, torchmux fallback warnings)."""
-    from .dispatch import TorchmuxFallbackWarning
+    from ..core.errors import TorchmuxFallbackWarning
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", TorchmuxFallbackWarning)

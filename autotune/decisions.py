@@ -31,7 +31,7 @@ def decision_key(ir: GraphIR, signature: tuple, candidates: Sequence[Any], mode:
 
 
 def _torchmux_version() -> str:
-    from .. import __version__  # a new torchmux measures again: its backends and tuner may have changed
+    from ..core.version import __version__  # a new torchmux measures again: its backends and tuner may have changed
 
     return __version__
 

@@ -1,6 +1,6 @@
 """Achieved memory bandwidth of torchmux's Triton code generator on memory-bound work (needs a CUDA GPU).
 
-    python benchmarks/triton_bandwidth.py [--rows 8192] [--cols 4096] [--dtype float32] [--json out.json]
+    python bench/scripts/triton_bandwidth.py [--rows 8192] [--cols 4096] [--dtype float32] [--json out.json]
 
 For a long pointwise chain (ten ops with broadcasting), softmax, layer norm and RMS norm on large
 tensors, it times three implementations of the same function: eager PyTorch, Inductor

@@ -1,6 +1,6 @@
 """What torchmux adds to every call: a tiny model where the work is small and the overhead shows.
 
-    python benchmarks/dispatch_overhead.py [--layers 10] [--calls 2000]
+    python bench/scripts/dispatch_overhead.py [--layers 10] [--calls 2000]
 
 Ten 4x4 Linear layers on a 2x4 input: eager, ``torch.compile`` (Inductor) and
 ``torchmux.compile(backend="inductor")`` with the mend pass on (the default) and off. All four run

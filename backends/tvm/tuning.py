@@ -1,329 +1,41 @@
-"""The TVM backend's work: one normalized graph in, one Relax VM function out.
-
-:func:`compile_graph` runs these steps, in order:
-
-1. *Key.* ``ir.fingerprint()`` + the TVM target (JSON form) + TVM's version + the tuning options name
-   one artifact under ``TORCHMUX_CACHE_DIR/tvm/lib``. A hit loads the ``.so`` and skips steps 2-4.
-2. *Import.* The ATen graph is wrapped in an ``nn.Module``, ``torch.export``-ed with every placeholder
-   (weights included) as a user input, and read by ``tvm.relax.frontend.torch.from_exported_program``.
-   (``from_fx`` does not know ATen overloads such as ``aten.mm.default``; the export route does.)
-   ``FuseTransposeMatmul`` then makes ``x @ w.T`` (every ``nn.Linear``) one kernel that reads ``w`` as
-   it is, instead of a transpose copy and a matmul that walks it across rows (5x faster untuned).
-3. *Build.* ``tvm.compile`` with TVM's default pipeline: LLVM on the CPU (no BLAS: matmuls stay
-   unscheduled loops), dlight GPU schedules for CUDA. In ``mode="max-autotune"`` MetaSchedule first
-   tunes the graph's fused kernels (:mod:`tuning below <compile_graph>`), then the graph is built with
-   the best schedules found.
-4. *Store.* ``export_library`` writes the ``.so``; a JSON file beside it holds the metadata. Both are
-   written to temporary names and renamed, so a reader never sees half an artifact.
-5. *Run.* The Relax VM's ``main`` is called with the inputs as TVM tensors made by DLPack (no copy,
-   no NumPy), and its outputs become torch tensors by DLPack again.
-
-Weights are arguments, not constants: the artifact depends only on the graph's structure and specs
-(what the fingerprint covers), so one cached library serves every set of weights.
+"""The TVM backend's tuning step (``mode="max-autotune"``): MetaSchedule over the graph's fused kernels.
 
 Tuning records live in ``TORCHMUX_CACHE_DIR/tvm/tuning/<target>/records.json``: per kernel (keyed by
 the SHA-256 of its TensorIR), how many trials it had and the best schedules' traces. They are read into
 a MetaSchedule ``MemoryDatabase`` before tuning and written back after, so a kernel tuned once (by any
 graph, any process) is not tuned again. TVM's own JSON database is not used: with apache-tvm 0.27.0 and
-apache-tvm-ffi 0.1.15, serializing a TensorIR module (``tvm.ir.save_json``) crashes the process.
+apache-tvm-ffi 0.1.15, serializing a TensorIR module (``tvm.ir.save_json``) crashes the process. The
+evolutionary search crashes with that pair too, so trials are drawn by random sampling (``replay-func``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import hashlib
 import inspect
 import json
 import linecache
 import logging
-import os
 import sys
 import tempfile
-import threading
 import time
 import warnings
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 import tvm
 from tvm import relax
 
-import torchmux
-from torchmux.core import settings
-from torchmux.core.backend import module_present
+from torchmux.extend import atomic_write, module_present
 
-FORMAT = 2  # bump when the artifact layout or the import route changes: old artifacts are then ignored
+from .build import FORMAT, cache_root, host_cores
 
-DEFAULTS: dict[str, Any] = {
-    "tune_seconds": 120.0,
-    "tune_trials": 512,
-    "tune_trials_per_task": 64,
-    "trials_per_round": 16,
-    "target": None,
-    "cache": True,
-}
-TUNING_OPTIONS = ("tune_seconds", "tune_trials", "tune_trials_per_task", "trials_per_round")
-_log = logging.getLogger("torchmux.tvm")
+if TYPE_CHECKING:
+    from .build import BuildInfo
 
+_log = logging.getLogger("torchmux.tvm.tuning")
 
-@dataclass
-class BuildInfo:
-    """What happened when a graph was compiled; the compiled callable carries it as ``.tvm_info``."""
-
-    key: str
-    target: str
-    cache: str  # "hit", "miss" (built and stored), "off" or "unwritable"
-    tuned: bool = False
-    tasks: int = 0  # kernels MetaSchedule saw
-    tasks_tuned: int = 0  # kernels tuned in this call
-    tasks_reused: int = 0  # kernels whose records were already in the database
-    trials: int = 0  # trials measured in this call
-    tune_seconds: float = 0.0
-    build_seconds: float = 0.0
-    library: str = ""
-
-
-# ------------------------------------------------------------------------------------------------
-# entry point
-# ------------------------------------------------------------------------------------------------
-
-
-def compile_graph(request: torchmux.CompileRequest) -> torchmux.CompiledGraph:
-    ir, opts = request.ir, _options(request.options)
-    if not ir.is_static:
-        raise ValueError(f"{ir.name}: tvm builds graphs with static shapes only; compile with dynamic=False")
-    device = _device_of(request.example_inputs)
-    target = target_for(device, opts["target"])
-    tuned = request.mode in ("max-autotune", "max-autotune-no-cudagraphs")
-    key = artifact_key(ir.fingerprint(), target, {k: opts[k] for k in TUNING_OPTIONS} if tuned else None)
-    info = BuildInfo(key=key, target=str(target), cache="off", tuned=tuned)
-    lib_dir = cache_root() / "lib"
-
-    executable = _load(lib_dir, key) if opts["cache"] else None
-    if executable is not None:
-        info.cache = "hit"
-        info.library = str(lib_dir / f"{key}.so")
-    else:
-        t0 = time.perf_counter()
-        mod = relax.transform.FuseTransposeMatmul()(to_relax(ir, request.example_inputs))
-        if tuned:
-            executable = build_tuned(mod, target, device, opts, info)
-        else:
-            executable = tvm.compile(mod, target=target)
-        info.build_seconds = time.perf_counter() - t0
-        if opts["cache"]:
-            info.cache = _store(lib_dir, key, executable, ir, info)
-    return _runner(executable, device, info, len(ir.outputs))
-
-
-def _options(given: Any) -> dict[str, Any]:
-    unknown = sorted(set(given) - set(DEFAULTS))
-    if unknown:
-        raise ValueError(
-            f"unknown tvm option(s) {unknown}; the tvm backend accepts "
-            + ", ".join(f"{k} (default {v!r})" for k, v in DEFAULTS.items())
-        )
-    return {**DEFAULTS, **given}
-
-
-def _device_of(inputs: Sequence[Any]) -> torch.device:
-    devices = {t.device for t in inputs if isinstance(t, torch.Tensor)}
-    if len(devices) > 1:
-        raise ValueError(f"tvm runs a graph on one device; its inputs are on {sorted(map(str, devices))}")
-    bad = [type(t).__name__ for t in inputs if not isinstance(t, torch.Tensor)]
-    if bad:
-        raise ValueError(f"tvm takes tensor inputs only; this graph also takes {bad} (symbolic shapes are not supported)")
-    return devices.pop() if devices else torch.device("cpu")
-
-
-# ------------------------------------------------------------------------------------------------
-# targets and keys
-# ------------------------------------------------------------------------------------------------
-
-
-def host_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-def target_for(device: torch.device, override: Any = None) -> tvm.target.Target:
-    """The host CPU (its LLVM cpu name and core count), or the GPU's CUDA arch with the CPU as host."""
-    if override:
-        return tvm.target.Target(override)
-    cpu: dict[str, Any] = {"kind": "llvm", "num-cores": host_cores()}
-    mcpu = tvm.target.codegen.llvm_get_system_cpu()
-    if mcpu and mcpu != "generic":
-        cpu["mcpu"] = mcpu
-    if device.type == "cuda":
-        major, minor = torch.cuda.get_device_capability(device)
-        return tvm.target.Target({"kind": "cuda", "arch": f"sm_{major}{minor}"}, host=cpu)
-    return tvm.target.Target(cpu)
-
-
-def artifact_key(fingerprint: str, target: tvm.target.Target, tuning: dict[str, Any] | None) -> str:
-    parts = [f"format={FORMAT}", fingerprint, str(target), f"tvm={tvm.__version__}", f"tuning={json.dumps(tuning, sort_keys=True)}"]
-    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
-
-
-def cache_root() -> Path:
-    return Path(settings.CACHE_DIR.get()) / "tvm"
-
-
-# ------------------------------------------------------------------------------------------------
-# import: ATen graph -> Relax
-# ------------------------------------------------------------------------------------------------
-
-
-class _AtenProgram(torch.nn.Module):
-    """The normalized graph as a module whose every input (weights too) is a user input."""
-
-    def __init__(self, gm: torch.fx.GraphModule) -> None:
-        super().__init__()
-        self.gm = gm
-
-    def forward(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return tuple(self.gm(*args))
-
-
-def to_relax(ir: torchmux.GraphIR, example_inputs: Sequence[torch.Tensor]) -> tvm.IRModule:
-    from tvm.relax.frontend.torch import from_exported_program
-
-    args = tuple(t.detach().contiguous() for t in example_inputs)
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.export's and TVM's deprecation notices
-        program = torch.export.export(_AtenProgram(_without_empty_cat_inputs(ir.gm)), args, strict=False)
-        return from_exported_program(program, custom_convert_map=_EXTRA_CONVERTERS)
-
-
-def _without_empty_cat_inputs(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """``aten.cat`` skips 1-D empty tensors whatever the other inputs' rank (a legacy rule that an empty
-    KV cache relies on, in GPT-2); TVM's concat refuses mixed ranks. A copy of ``gm`` without them."""
-
-    def legacy_empty(a: Any) -> bool:
-        val = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
-        return isinstance(val, torch.Tensor) and val.dim() == 1 and val.numel() == 0
-
-    cats = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is torch.ops.aten.cat.default
-            and any(legacy_empty(a) for a in n.args[0]) and not all(legacy_empty(a) for a in n.args[0])]
-    if not cats:
-        return gm
-    gm = copy.deepcopy(gm)
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target is torch.ops.aten.cat.default:
-            kept = [a for a in node.args[0] if not legacy_empty(a)]
-            if kept and len(kept) < len(node.args[0]):
-                node.args = (kept, *node.args[1:])
-    gm.graph.eliminate_dead_code()
-    gm.recompile()
-    return gm
-
-
-def _reduction(op_name: str) -> Any:
-    """A converter for a Core ATen reduction TVM's frontend lacks: ``op(x, dims=[], keepdim=False)``."""
-
-    def convert(node: torch.fx.Node, importer: Any) -> relax.Var:
-        args = importer.retrieve_args(node)
-        x = args[0]
-        dims = args[1] if len(args) > 1 else node.kwargs.get("dim", None)
-        if isinstance(dims, int):
-            dims = [dims]
-        if isinstance(dims, (list, tuple)) and len(dims) == 0:
-            dims = None  # an empty list means every dimension
-        keepdim = bool(args[2] if len(args) > 2 else node.kwargs.get("keepdim", False))
-        return importer.block_builder.emit(getattr(relax.op, op_name)(x, dims, keepdim))
-
-    return convert
-
-
-# ATen reductions missing from TVM 0.27's PyTorch frontend (prod only without a dtype argument)
-_EXTRA_CONVERTERS = {"amax.default": _reduction("max"), "amin.default": _reduction("min"), "prod.dim_int": _reduction("prod")}
-
-
-# ------------------------------------------------------------------------------------------------
-# the on-disk cache of built libraries
-# ------------------------------------------------------------------------------------------------
-
-
-def _load(lib_dir: Path, key: str) -> Any | None:
-    so, meta = lib_dir / f"{key}.so", lib_dir / f"{key}.json"
-    if not (so.exists() and meta.exists()):
-        return None
-    try:
-        if json.loads(meta.read_text()).get("format") != FORMAT:
-            return None
-        return tvm.runtime.load_module(str(so))
-    except Exception as e:  # a damaged artifact is rebuilt, never trusted
-        _log.warning("tvm: ignoring cached library %s (%s); rebuilding", so, e)
-        return None
-
-
-def _store(lib_dir: Path, key: str, executable: Any, ir: torchmux.GraphIR, info: BuildInfo) -> str:
-    try:
-        lib_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(suffix=".so", dir=lib_dir)
-        os.close(fd)
-        executable.export_library(tmp)
-        os.replace(tmp, lib_dir / f"{key}.so")
-        info.library = str(lib_dir / f"{key}.so")
-        meta = {
-            "format": FORMAT,
-            "graph": ir.name,
-            "fingerprint": ir.fingerprint(),
-            "tvm": tvm.__version__,
-            "inputs": [s.short() if s else "?" for s in ir.input_specs],
-            "outputs": [s.short() if s else "?" for s in ir.output_specs],
-            "created": time.time(),
-            **{k: v for k, v in asdict(info).items() if k not in ("cache", "library")},
-        }
-        _atomic_write(lib_dir / f"{key}.json", json.dumps(meta, indent=1))
-        return "miss"
-    except Exception as e:  # no C compiler, read-only disk...: run from memory, say why once
-        with contextlib.suppress(Exception):
-            os.unlink(tmp)  # type: ignore[possibly-undefined]
-        _log.warning("tvm: could not cache the library for %s under %s (%s: %s); it works from memory",
-                     ir.name, lib_dir, type(e).__name__, e)
-        return "unwritable"
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
-# ------------------------------------------------------------------------------------------------
-# the hot path: Relax VM, tensors through DLPack
-# ------------------------------------------------------------------------------------------------
-
-
-def _runner(executable: Any, device: torch.device, info: BuildInfo, n_outputs: int) -> torchmux.CompiledGraph:
-    dev = tvm.cuda(device.index or 0) if device.type == "cuda" else tvm.cpu(0)
-    main = relax.VirtualMachine(executable, dev)["main"]
-    to_tvm, to_torch = tvm.runtime.from_dlpack, torch.from_dlpack
-    lock = threading.Lock()  # one VM, one call at a time
-
-    def run(*args: torch.Tensor) -> list[torch.Tensor]:
-        # TVM takes compact tensors only; contiguous() is free for the usual (already compact) input
-        tvm_args = [to_tvm(a if a.is_contiguous() else a.contiguous()) for a in args]
-        with lock:
-            outs = main(*tvm_args)
-        if len(outs) != n_outputs:
-            raise RuntimeError(f"tvm returned {len(outs)} outputs, the graph has {n_outputs}")
-        return [to_torch(o) for o in outs]
-
-    run.tvm_info = info  # type: ignore[attr-defined]
-    return run
-
-
-# ------------------------------------------------------------------------------------------------
-# MetaSchedule tuning (mode="max-autotune")
-# ------------------------------------------------------------------------------------------------
 
 
 def build_tuned(mod: tvm.IRModule, target: tvm.target.Target, device: torch.device, opts: dict[str, Any], info: BuildInfo) -> Any:
@@ -572,8 +284,7 @@ class RecordStore:
             ]
 
     def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(self.path, json.dumps(self.data))
+        atomic_write(self.path, json.dumps(self.data))
 
 
 def _plain(obj: Any) -> Any:

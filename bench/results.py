@@ -12,7 +12,7 @@ import math
 import statistics
 from typing import Any
 
-from .bench_run import EAGER, INDUCTOR
+from .run import EAGER, INDUCTOR
 from .zoo import ZOO
 
 #: what each figure is, written into bench.json so the file explains itself

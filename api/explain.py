@@ -14,7 +14,8 @@ from typing import Any
 import torch
 
 from ..core.config import resolve
-from .dynamo import CapturedGraph, Recorder, TorchmuxDynamoBackend
+from ..frontends.dynamo import CapturedGraph, Recorder, TorchmuxDynamoBackend
+from .compile import runner_factory
 
 
 @dataclass(frozen=True)
@@ -126,10 +127,10 @@ def compile_recorded(model: Any, backend: Any = "auto", mend: bool = True) -> tu
     recorder = Recorder()
     rewrites: Any = []
     if mend:
-        from .mend import mend as mend_source, scoped
+        from ..frontends.mend import mend as mend_source, scoped
 
         model, rewrites = mend_source(model)
-    compiled = torch.compile(model, backend=TorchmuxDynamoBackend(config, recorder), dynamic=False)
+    compiled = torch.compile(model, backend=TorchmuxDynamoBackend(runner_factory(config), recorder), dynamic=False)
     recorder.rewrites = rewrites  # type: ignore[attr-defined]  # report() lists those that fired
     return (scoped(compiled) if mend else compiled), recorder
 
@@ -149,7 +150,7 @@ def explain(model: Any, *args: Any, backend: Any = "auto", mend: bool = True, **
     same argument as compile()'s; ``mend=False`` turns the graph-break mending pass off (model keyword
     arguments named ``backend`` or ``mend`` cannot be passed through here).
     """
-    from .mend import mended
+    from ..frontends.mend import mended
 
     torch._dynamo.reset()
     try:

@@ -1,4 +1,4 @@
-"""ONNX Runtime backend, the heavy part: GraphIR -> ONNX model -> cached session -> IOBinding calls.
+"""ONNX Runtime backend, the heavy part: GraphIR -> ONNX model (export.py) -> cached session -> IOBinding calls.
 
 The pipeline, one step per function:
 
@@ -6,11 +6,7 @@ The pipeline, one step per function:
    against what ONNX Runtime offers here.
 2. ``_cache_dir``: the folder that holds this graph's files, keyed by everything that changes them:
    IR fingerprint, onnxruntime, torch and opset versions, providers.
-3. ``export_onnx`` (cache miss only): ``torch.export`` the ATen graph module, then translate it with
-   torch's ONNX exporter (torchlib), opset 20. Params and buffers stay graph inputs, so new weights
-   are used. Two rewrites follow: an output that passes an input through gets an Identity (ONNX
-   Runtime leaves the buffer bound to such an output unwritten), and the weight Transpose in front of
-   a Gemm becomes ``transB`` (a weight input would otherwise be transposed on every call).
+3. ``export.export_onnx`` (cache miss only): the ONNX model (export.py).
 4. ``_optimized_model`` (cache miss only): ONNX Runtime's extended graph optimizations, saved to disk
    (``SessionOptions.optimized_model_filepath``). Hardware-specific layout passes run at load time.
 5. :class:`OrtGraph`: the session over the optimized model; each call binds the torch tensors'
@@ -25,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import threading
 import time
@@ -36,12 +31,11 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-import torchmux
-from torchmux.core import settings
-from torchmux.core.backend import package_version
-from torchmux.core.ir import GraphIR, TensorSpec
+from torchmux import extend
+from torchmux.extend import GraphIR, TensorSpec, artifact_dir, atomic_write, package_version
 
-from .onnxruntime import CPU, CUDA, TENSORRT, usable_providers
+from . import CPU, CUDA, TENSORRT, usable_providers
+from .export import EXPORT_FORMAT, IR_VERSION, OPSET, tensor_outputs, export_onnx
 
 OPTIONS = {
     "providers": "execution providers in priority order: names or (name, options) pairs",
@@ -49,10 +43,6 @@ OPTIONS = {
     "allow_spinning": "let idle session threads spin for the next run (default False: they would take the "
                       "cores from the torch ops that run between ONNX Runtime regions)",
 }
-EXPORT_FORMAT = 3  # bump whenever export_onnx changes what it writes: old cache entries then miss
-# 20 is the first opset with a Gelu op; at 18 (torchlib's default) GELU is five elementwise ops
-OPSET = 20
-IR_VERSION = 10  # torch's exporter writes 10; ONNX Runtime 1.31 reads up to 13 (onnx 1.23 alone would write 14)
 
 # torch dtype -> (NumPy element type for IOBinding, ONNX Runtime's type string)
 _TYPES: dict[torch.dtype, tuple[type, str]] = {
@@ -67,12 +57,10 @@ _TYPES: dict[torch.dtype, tuple[type, str]] = {
     torch.bool: (np.bool_, "tensor(bool)"),
 }
 
-_registry_lock = threading.Lock()
-_registry: Any = None
 
 
 # --------------------------------------------------------------------------------------------- 1
-def _provider_list(request: torchmux.CompileRequest) -> list[tuple[str, dict[str, Any]]]:
+def _provider_list(request: extend.CompileRequest) -> list[tuple[str, dict[str, Any]]]:
     """The providers to ask for, as (name, options) pairs; raises if one cannot exist here."""
     unknown = sorted(set(request.options) - set(OPTIONS))
     if unknown:
@@ -127,134 +115,7 @@ def _cache_dir(ir: GraphIR, providers: list[tuple[str, dict[str, Any]]]) -> Path
         "ir_version": IR_VERSION,
         "providers": [[name, sorted((k, str(v)) for k, v in opts.items())] for name, opts in providers],
     }, sort_keys=True)
-    return settings.CACHE_DIR.get() / "onnxruntime" / hashlib.sha256(key.encode()).hexdigest()[:32]
-
-
-# --------------------------------------------------------------------------------------------- 3
-def _onnx_registry() -> Any:
-    """torchlib's ATen -> ONNX translations, built once per process (it takes about a second)."""
-    global _registry
-    with _registry_lock:
-        if _registry is None:
-            from torch.onnx._internal.exporter import _registration
-
-            quiet = logging.getLogger(_registration.__name__)
-            level = quiet.level
-            quiet.setLevel(logging.ERROR)  # it warns about every torchvision op when torchvision is absent
-            try:
-                _registry = _registration.ONNXRegistry.from_torchlib(opset_version=OPSET)
-            finally:
-                quiet.setLevel(level)
-        return _registry
-
-
-def export_onnx(ir: GraphIR, example_inputs: Sequence[Any]) -> bytes:
-    """The ONNX model of ``ir`` (serialized), inputs and outputs in the graph's order.
-
-    The graph is already Core ATen, so the fast path translates it directly with torchlib (tens of
-    milliseconds); if that fails, the public ``torch.onnx.export`` (which first decomposes further
-    with ONNX's own table, about a second more) gets a second try.
-    """
-    args = tuple(t.detach() if isinstance(t, torch.Tensor) else t for t in example_inputs)
-    try:
-        program = _export_fast(ir, args)
-    except Exception as fast_error:
-        try:
-            program = torch.onnx.export(
-                torch.export.export(ir.gm, args, strict=False), (), dynamo=True,
-                optimize=False, verify=False, report=False, verbose=False, opset_version=OPSET,
-            )
-        except Exception as e:
-            raise RuntimeError(
-                f"torch's ONNX exporter cannot translate graph {ir.name}: {type(e).__name__}: {_first_line(e)} "
-                f"(direct translation failed first with {type(fast_error).__name__}: {_first_line(fast_error)})"
-            ) from e
-    model = program.model_proto
-    tensors = len(_tensor_outputs(ir))
-    if len(model.graph.input) != len(ir.placeholders) or len(model.graph.output) != tensors:
-        raise RuntimeError(
-            f"the ONNX model of graph {ir.name} has {len(model.graph.input)} inputs and {len(model.graph.output)} "
-            f"outputs; the graph has {len(ir.placeholders)} inputs and {tensors} tensor outputs"
-        )
-    _outputs_not_inputs(model)
-    _transposes_into_gemm(model)
-    # the direct translation writes torchlib's default opset (18) into the model whatever the registry's
-    # opset was; both paths translated for OPSET
-    for op in list(model.opset_import):
-        if op.domain in ("", "ai.onnx"):
-            model.opset_import.remove(op)
-    model.opset_import.add(domain="", version=OPSET)
-    model.ir_version = min(model.ir_version, IR_VERSION)
-    return model.SerializeToString()
-
-
-def _transposes_into_gemm(model: Any) -> None:
-    """``F.linear`` arrives as ``addmm(b, x, permute(w, [1, 0]))``: Transpose then Gemm. A weight is a graph
-    input (not a constant), so ONNX Runtime would transpose it on every call; Gemm's ``transB`` reads it
-    transposed for free. Fold every 2-D Transpose that feeds a Gemm operand into that flag."""
-    import onnx
-
-    graph = model.graph
-    producer = {out: n for n in graph.node for out in n.output}
-    outputs = {o.name for o in graph.output}
-    for node in graph.node:
-        if node.op_type != "Gemm" or node.domain not in ("", "ai.onnx"):
-            continue
-        for index, flag in ((0, "transA"), (1, "transB")):
-            src = producer.get(node.input[index])
-            perm = next((list(a.ints) for a in src.attribute if a.name == "perm"), None) if src is not None else None
-            if src is None or src.op_type != "Transpose" or src.domain not in ("", "ai.onnx") or perm != [1, 0]:
-                continue
-            attrs = {a.name: a for a in node.attribute}
-            value = 1 - (attrs[flag].i if flag in attrs else 0)
-            if flag in attrs:
-                node.attribute.remove(attrs[flag])
-            node.attribute.append(onnx.helper.make_attribute(flag, value))
-            node.input[index] = src.input[0]
-    used = {i for n in graph.node for i in n.input} | outputs
-    dead = [n for n in graph.node if n.op_type == "Transpose" and not any(o in used for o in n.output)]
-    for n in dead:
-        graph.node.remove(n)
-
-
-def _outputs_not_inputs(model: Any) -> None:
-    """Give every output that is a graph input its own value (an Identity): ONNX Runtime does not write
-    a passed-through input into the output buffer bound for it."""
-    import onnx
-
-    inputs = {i.name for i in model.graph.input}
-    for i, out in enumerate(model.graph.output):
-        if out.name in inputs:
-            new = f"{out.name}__output{i}"
-            model.graph.node.append(onnx.helper.make_node("Identity", [out.name], [new], name=f"passthrough_{i}"))
-            out.name = new
-
-
-def _export_fast(ir: GraphIR, args: tuple[Any, ...]) -> Any:
-    from torch.onnx._internal.exporter import _core, _fx_passes
-
-    registry = _onnx_registry()
-    program = torch.export.export(ir.gm, args, strict=False)
-    _fx_passes.insert_type_promotion_nodes(program.graph_module)  # ONNX has no implicit type promotion
-    return _core._exported_program_to_onnx_program(program, registry=registry)
-
-
-def _tensor_outputs(ir: GraphIR) -> list[int]:
-    """Positions of the graph's tensor outputs; the others are None (a backward graph's gradient of an
-    input that needs none), which the ONNX model leaves out and the compiled graph returns as None."""
-    positions = []
-    for i, out in enumerate(ir.outputs):
-        if out is None:
-            continue
-        if not isinstance(out, torch.fx.Node):
-            raise NotImplementedError(f"graph {ir.name} returns {out!r} (output {i}); onnxruntime returns tensors only")
-        positions.append(i)
-    return positions
-
-
-def _first_line(e: BaseException) -> str:
-    lines = str(e).strip().splitlines()
-    return lines[0][:300] if lines else ""
+    return artifact_dir("onnxruntime") / hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
 # --------------------------------------------------------------------------------------------- 4
@@ -267,12 +128,6 @@ def _session_options(level: ort.GraphOptimizationLevel, options: Any) -> ort.Ses
     so.intra_op_num_threads = int(options.get("intra_op_num_threads") or torch.get_num_threads())
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if options.get("allow_spinning") else "0")
     return so
-
-
-def _write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def _optimized_model(folder: Path, providers: list[tuple[str, dict[str, Any]]]) -> Path:
@@ -333,7 +188,7 @@ class OrtGraph:
         self.folder, self.cache_hit, self.export_seconds = folder, cache_hit, export_seconds
         self.device = device
         self._inputs = _check_io("input", session.get_inputs(), ir.input_specs)
-        positions = _tensor_outputs(ir)
+        positions = tensor_outputs(ir)
         self._outputs = _check_io("output", session.get_outputs(), [ir.output_specs[i] for i in positions])
         self._slots: list[int | None] = [None] * len(ir.outputs)  # graph output -> index among tensor outputs
         # a value returned twice is bound once and returned twice (as eager returns the same tensor)
@@ -461,7 +316,7 @@ def _check_io(kind: str, args: Sequence[Any], specs: Sequence[TensorSpec | None]
     return out
 
 
-def compile_graph(request: torchmux.CompileRequest) -> OrtGraph:
+def compile_graph(request: extend.CompileRequest) -> OrtGraph:
     ir = request.ir
     if not ir.is_static:
         raise NotImplementedError("onnxruntime compiles static shapes only; compile with dynamic=False")
@@ -473,7 +328,7 @@ def compile_graph(request: torchmux.CompileRequest) -> OrtGraph:
     cache_hit = optimized.exists() or (exported.exists() and any(n == TENSORRT for n, _ in providers))
     t0 = time.perf_counter()
     if not exported.exists():
-        _write(exported, export_onnx(ir, request.example_inputs))
+        atomic_write(exported, export_onnx(ir, request.example_inputs))
     export_seconds = time.perf_counter() - t0 if not cache_hit else 0.0
     model = optimized if optimized.exists() else _optimized_model(folder, providers)
     so = _session_options(ort.GraphOptimizationLevel.ORT_ENABLE_ALL, request.options)

@@ -1,6 +1,6 @@
 """Quick latency check of the tvm backend, untuned and tuned, against eager, Inductor and ONNX Runtime.
 
-    python benchmarks/tvm_quick.py [--models mlp,resnet,bert,gpt2] [--batch 2] [--rounds 20] [--tune-seconds 20] [--threads 1]
+    python bench/scripts/tvm_quick.py [--models mlp,resnet,bert,gpt2] [--batch 2] [--rounds 20] [--tune-seconds 20] [--threads 1]
 
 Each model runs as: eager (the nn.Module as is), Inductor (``torch.compile`` default),
 ``torchmux.compile(backend="onnxruntime")`` (if that backend is available), ``backend="tvm"`` and
@@ -26,7 +26,7 @@ from typing import Any, Callable
 import torch
 
 import torchmux
-from torchmux.autotune import zoo
+from torchmux.bench import zoo
 from torchmux.core.registry import get_registry
 
 

@@ -1,6 +1,6 @@
 """Quick latency check of the onnxruntime backend against eager and Inductor on zoo models.
 
-    python benchmarks/ort_quick.py [--models mlp,resnet,bert,gpt2] [--batch 8] [--rounds 30] [--threads 1]
+    python bench/scripts/ort_quick.py [--models mlp,resnet,bert,gpt2] [--batch 8] [--rounds 30] [--threads 1]
 
 Each model is compiled three ways: eager (the nn.Module as is), Inductor (``torch.compile`` default)
 and ``torchmux.compile(backend="onnxruntime")``. After warm-up, the three run in interleaved rounds
@@ -21,7 +21,7 @@ from typing import Any, Callable
 import torch
 
 import torchmux
-from torchmux.autotune import zoo
+from torchmux.bench import zoo
 
 
 def _samples_ms(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, list[float]]:

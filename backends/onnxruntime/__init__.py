@@ -19,9 +19,10 @@ import functools
 
 import torch
 
-import torchmux
-from torchmux.core.backend import module_present, package_version
-from torchmux.core.ir import op_name, spec_of
+from pathlib import Path
+
+from torchmux import extend
+from torchmux.extend import load_claims, module_present, package_version, spec_of
 
 CPU, CUDA, TENSORRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
 _DISTRIBUTIONS = ("onnxruntime-gpu", "onnxruntime")
@@ -54,41 +55,15 @@ def usable_providers() -> tuple[str, ...]:
     return tuple(usable)
 
 
-class OnnxRuntimeBackend(torchmux.Backend):
+class OnnxRuntimeBackend(extend.Backend):
     name = "onnxruntime"
     devices = ("cpu", "cuda")
     package = installed_distribution()
     dtypes = (torch.float32, torch.float16)
-    # From `python tests/conformance/probe.py onnxruntime` (float32 and float16, CPU): 81 of 81 pass in float32.
-    ops = frozenset({
-        "aten.abs.default", "aten.neg.default", "aten.exp.default", "aten.expm1.default", "aten.log.default",
-        "aten.log1p.default", "aten.sqrt.default", "aten.rsqrt.default", "aten.reciprocal.default",
-        "aten.sin.default", "aten.cos.default", "aten.tanh.default", "aten.sigmoid.default", "aten.erf.default",
-        "aten.relu.default", "aten.gelu.default", "aten.floor.default", "aten.ceil.default", "aten.round.default",
-        "aten.sign.default", "aten.pow.Tensor_Scalar", "aten.clamp.default", "aten.leaky_relu.default",
-        "aten.hardtanh.default", "aten.elu.default", "aten.add.Tensor", "aten.sub.Tensor", "aten.mul.Tensor",
-        "aten.div.Tensor", "aten.maximum.default", "aten.minimum.default", "aten.pow.Tensor_Tensor",
-        "aten.fmod.Tensor", "aten.eq.Tensor", "aten.ne.Tensor", "aten.gt.Tensor", "aten.lt.Tensor", "aten.ge.Scalar",
-        "aten.le.Tensor", "aten.le.Scalar", "aten.scalar_tensor.default", "aten.logical_and.default", "aten.logical_not.default", "aten.where.self",
-        "aten._to_copy.default", "aten.sum.dim_IntList", "aten.mean.dim", "aten.amax.default", "aten.amin.default",
-        "aten.var.correction", "aten.argmax.default", "aten.prod.dim_int", "aten.cumsum.default", "aten.any.dim",
-        "aten.mm.default", "aten.bmm.default", "aten.addmm.default", "aten.convolution.default",
-        "aten.max_pool2d_with_indices.default", "aten.avg_pool2d.default",
-        "aten._native_batch_norm_legit_no_training.default", "aten.native_layer_norm.default",
-        "aten._softmax.default", "aten._log_softmax.default", "aten.native_group_norm.default", "aten.view.default",
-        "aten.permute.default", "aten.expand.default", "aten.unsqueeze.default", "aten.squeeze.dims",
-        "aten.cat.default", "aten.slice.Tensor", "aten.select.int", "aten.index.Tensor", "aten.gather.default",
-        "aten.embedding.default", "aten.constant_pad_nd.default", "aten.clone.default",
-        "aten.split_with_sizes.default", "aten.arange.start_step", "aten.full.default",
-    })
-    # In float16 the probe saw these fail (before supports() rejected them): torch's exporter computes
-    # them in float32 and returns the float32 value, leaving the cast back dangling, or its layer/batch
-    # norm returns float32 statistics. compile() catches such type changes anyway (it checks every
-    # input and output type of the model against the graph) and refuses.
-    float16_broken = frozenset({
-        "aten.abs.default", "aten.sum.dim_IntList", "aten.amax.default", "aten.amin.default", "aten.prod.dim_int",
-        "aten.cumsum.default", "aten._native_batch_norm_legit_no_training.default", "aten.native_layer_norm.default",
-    })
+    # what the conformance suite passed, per dtype (`python -m torchmux.testing.probe onnxruntime
+    # --dtype float32 --dtype float16 --write ...`). In float16 torch's exporter computes a few ops in
+    # float32 (their cast back dangles, or layer/batch norm returns float32 statistics): not claimed.
+    claims = load_claims(Path(__file__).with_name("claims.json"))
 
     @property
     def description(self) -> str:  # type: ignore[override]
@@ -97,21 +72,21 @@ class OnnxRuntimeBackend(torchmux.Backend):
             return text
         return f"{text}; providers usable here: {', '.join(usable_providers())}"
 
-    def availability(self) -> torchmux.Availability:
+    def availability(self) -> extend.Availability:
         if not module_present("onnxruntime"):
-            return torchmux.Availability.no(
+            return extend.Availability.no(
                 "onnxruntime is not installed; pip install onnxruntime (CPU) or onnxruntime-gpu (CUDA, TensorRT)"
             )
         missing = [dist for module, dist in _NEEDS if not module_present(module)]
         if missing:
-            return torchmux.Availability.no(
+            return extend.Availability.no(
                 f"torch's ONNX exporter needs {', '.join(missing)}, which is not installed; pip install {' '.join(missing)}"
             )
         try:
             usable_providers()
         except Exception as e:  # a broken install (missing shared library) imports with an error
-            return torchmux.Availability.no(f"onnxruntime is installed but fails to import: {type(e).__name__}: {e}")
-        return torchmux.Availability.yes()
+            return extend.Availability.no(f"onnxruntime is installed but fails to import: {type(e).__name__}: {e}")
+        return extend.Availability.yes()
 
     def supports(self, node: torch.fx.Node) -> bool:
         values = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
@@ -124,17 +99,14 @@ class OnnxRuntimeBackend(torchmux.Backend):
                 # IOBinding describes memory with NumPy's element types: none for bfloat16 or complex
                 if spec is not None and (spec.dtype == torch.bfloat16 or spec.dtype.is_complex):
                     return False
-                # float16 cases the conformance suite sees fail (see float16_broken)
-                if spec is not None and spec.dtype == torch.float16 and op_name(node) in self.float16_broken:
-                    return False
         return super().supports(node)
 
-    def compile(self, request: torchmux.CompileRequest) -> torchmux.CompiledGraph:
-        from . import _onnxruntime_impl
+    def compile(self, request: extend.CompileRequest) -> extend.CompiledGraph:
+        from . import session
 
-        return _onnxruntime_impl.compile_graph(request)
+        return session.compile_graph(request)
 
 
-@torchmux.hookimpl
-def torchmux_add_backends() -> list[torchmux.Backend]:
+@extend.hookimpl
+def torchmux_add_backends() -> list[extend.Backend]:
     return [OnnxRuntimeBackend()]

@@ -9,7 +9,7 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:  # bench parses its own options (argparse's REMAINDER drops leading --options)
-        from ..autotune.bench import main as bench_main
+        from ..bench.cli import main as bench_main
 
         return bench_main(argv[1:])
     parser = argparse.ArgumentParser(prog="torchmux", description="torchmux: every backend competes, per graph.")
@@ -22,16 +22,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "list":
-        from .registry import format_backends, list_backends
+        from ..core.registry import format_backends, list_backends
 
         print(format_backends(list_backends()))
         return 0
     if args.command == "demo":
-        from .demo import run_demo
+        from ..bench.demo import run_demo
 
         return run_demo(args.model)
     if args.command == "bench":
-        from ..autotune.bench import main as bench_main
+        from ..bench.cli import main as bench_main
 
         return bench_main(args.rest)
     return 2

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from torchmux.autotune import bench
+from torchmux.bench import cli as bench
 from torchmux.core.registry import get_registry
 
 FIGURES = ("latency_ms", "speedup_vs_eager", "compile_s", "memory_mb", "matches_eager", "max_abs_diff")
@@ -179,7 +179,7 @@ def test_a_backend_that_kills_the_process_is_reported(crashing_backend: None, tm
 def test_assemble_reports_failures_and_geomean_skips_wrong_answers() -> None:
     """The parent's bookkeeping on hand-written child results (no processes): a failed compile, a
     wrong answer, speedups against eager and inductor, and a table that shows all of it."""
-    from torchmux.autotune.bench_report import format_report
+    from torchmux.bench.report import format_report
 
     def lat(ms: float, matches: bool = True) -> dict:
         return {"event": "compiled", "compile_s": 0.5, "matches": matches, "max_abs_diff": 0.0 if matches else 3.0,

@@ -1,8 +1,8 @@
 """Run one op case on one backend and compare with the reference interpreter.
 
 The backend conformance suite (tests/conformance/) calls :func:`check`; so does
-``python tests/conformance/probe.py BACKEND``, which prints the ops a backend passes: that list, and
-nothing else, is what a backend may claim in its ``ops``.
+``python -m torchmux.testing.probe BACKEND``, which writes the ops a backend passes: that file, and
+nothing else, is what a backend may claim (``Backend.claims``).
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..autotune.partition import build_placement, unsupported_ops
-from .backend import Backend
-from .compare import mismatch
-from .ir import GraphIR, op_name
-from .trace import trace
+from ..autotune.placement import build_placement, unsupported_ops
+from ..core.backend import Backend
+from ..core.compare import mismatch
+from ..core.ir import GraphIR, op_name
+from ..core.trace import trace
 
 
 def case_ir(fn: Callable[..., Any], inputs: Sequence[torch.Tensor], name: str) -> GraphIR:

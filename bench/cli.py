@@ -2,7 +2,7 @@
 
 Systems: ``eager`` (the model as written), ``inductor`` (``torch.compile``'s default), one
 ``torchmux:<backend>`` per torchmux backend that can run here (each alone), and ``torchmux:auto``
-(every backend competing per graph). For each model of the zoo (autotune/zoo.py) the bench runs:
+(every backend competing per graph). For each model of the zoo (bench/zoo.py) the bench runs:
 
 1. per system, a **cold** child process with empty compile caches (TORCHMUX_CACHE_DIR,
    TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR in a folder of its own): compile time of a first use,
@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .bench_results import MEASURES, assemble, geomeans
-from .bench_run import AUTO, AUTO_SPLIT, EAGER, INDUCTOR, THREAD_ENV
+from .results import MEASURES, assemble, geomeans
+from .run import AUTO, AUTO_SPLIT, EAGER, INDUCTOR, THREAD_ENV
 from .zoo import ZOO
 
 
@@ -133,7 +133,7 @@ def resolve_systems(spec: str, device: str) -> tuple[list[str], dict[str, str]]:
 
 # ------------------------------------------------------------------------------------------ children
 def _child_command(kind: str, model: str, systems: list[str], args: argparse.Namespace, result: Path, caches: Path | None) -> list[str]:
-    cmd = [sys.executable, "-m", "torchmux.autotune.bench", "--_child", kind, "--models", model,
+    cmd = [sys.executable, "-m", "torchmux.bench.cli", "--_child", kind, "--models", model,
            "--systems", ",".join(systems), "--batch-size", str(args.batch_size), "--device", args.device,
            "--rounds", str(args.rounds), "--_result", str(result)]
     if args.threads:
@@ -176,7 +176,7 @@ def _env(args: argparse.Namespace, extra: dict[str, str]) -> dict[str, str]:
 
 
 def compile_run(model: str, system: str, args: argparse.Namespace, cache: Path, work: Path, label: str) -> dict[str, Any]:
-    from .bench_run import cache_env
+    from .run import cache_env
 
     result = work / f"{model}.{system.replace(':', '-')}.{label}.json"
     log = args.out / "logs" / f"{model}.{system.replace(':', '-')}.{label}.log"
@@ -192,7 +192,7 @@ def compile_run(model: str, system: str, args: argparse.Namespace, cache: Path, 
 def latency_run(model: str, systems: list[str], args: argparse.Namespace, caches: dict[str, Path], work: Path) -> dict[str, Any]:
     """The interleaved timing of ``systems`` on ``model``. A system whose failure kills the process is
     marked failed and the others are run again without it."""
-    from .bench_run import cache_env
+    from .run import cache_env
 
     found: dict[str, dict[str, Any]] = {}
     remaining = list(systems)
@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     if args._child:
         return _child_main(args)
     if args.from_json:
-        from .bench_report import format_report, write_chart
+        from .report import format_report, write_chart
 
         report = json.loads(args.from_json.read_text())
         chart = write_chart(report, args.from_json.with_suffix(".png"))
@@ -348,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for s, why in skipped.items():
         print(f"torchmux bench: leaving out {s}: {why}", file=sys.stderr)
-    from .bench_report import format_report, write_chart
+    from .report import format_report, write_chart
 
     import shlex
 
@@ -360,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _child_main(args: argparse.Namespace) -> int:
-    from . import bench_run
+    from . import run as bench_run
 
     if args._child == "compile":
         try:

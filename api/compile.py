@@ -1,4 +1,9 @@
-"""``torchmux.compile``: torch.compile's signature, torchmux's backends."""
+"""``torchmux.compile``: torch.compile's signature, torchmux's backends.
+
+This is where the layers meet: the frontend (``frontends/``: mend, then Dynamo + AOTAutograd) captures
+and normalizes each graph into the IR (``core/ir.py``), and hands it to the autotuner's
+:class:`~torchmux.autotune.runner.GraphRunner`, which places it on the backends (``backends/``).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,10 @@ from typing import Any, Callable
 
 import torch
 
-from .errors import BadArgumentError, FullGraphError
+from ..autotune.runner import GraphRunner
+from ..core.config import CompileConfig, resolve
+from ..core.errors import BadArgumentError, FullGraphError
+from ..frontends.dynamo import TorchmuxDynamoBackend
 
 
 def compile(
@@ -51,9 +59,6 @@ def compile(
     if disable:
         return model
 
-    from ..frontends.dynamo import shared_backend
-    from .config import resolve
-
     config = resolve(backend, mode, options)
     if config.get("mend"):  # remove graph breaks from the source first (frontends/mend.py)
         from ..frontends.mend import mend, scoped
@@ -70,6 +75,43 @@ def compile(
         compiled.forward = _explain_breaks(compiled.forward)
         return compiled
     return functools.wraps(model)(_explain_breaks(compiled))
+
+
+def runner_factory(config: CompileConfig) -> Callable[[Any], GraphRunner]:
+    """What the frontend calls for each normalized graph: the autotuner's runner under ``config``."""
+    return lambda ir: GraphRunner(ir, config)
+
+
+_SHARED: dict[tuple, TorchmuxDynamoBackend] = {}
+
+
+def shared_backend(config: CompileConfig) -> TorchmuxDynamoBackend:
+    """One Dynamo backend object per distinct configuration.
+
+    Dynamo guards each cached graph on the identity of the backend that compiled it, and counts every
+    new backend against the recompile limit of the code object. Compiling two models of the same class
+    (or two ``nn.Sequential``s) with the same settings must reuse the same backend, or the tenth
+    ``torchmux.compile`` of a Sequential would silently run eagerly.
+    """
+    key = (
+        tuple(id(b) for b in config.backends), config.auto, config.mode,
+        repr(sorted(config.own.items())), repr(sorted((k, sorted(v.items())) for k, v in config.backend_options.items())),
+    )
+    if key not in _SHARED:
+        _SHARED[key] = TorchmuxDynamoBackend(runner_factory(config))
+    return _SHARED[key]
+
+
+def torchmux_dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable[..., Any]:
+    """Entry point for ``torch.compile(m, backend="torchmux")`` (group ``torch_dynamo_backends``).
+
+    ``torch.compile(m, backend="torchmux", mode=..., options={...})`` passes mode and options through;
+    the backend choice is "auto". Name a backend with ``options={"backend": "onnxruntime"}``.
+    """
+    options = dict(kwargs.get("options") or {})
+    backend = options.pop("backend", "auto")
+    config = resolve(backend, kwargs.get("mode"), options)
+    return shared_backend(config)(gm, example_inputs)
 
 
 def _explain_breaks(fn: Callable[..., Any]) -> Callable[..., Any]:

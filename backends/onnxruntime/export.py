@@ -1,0 +1,152 @@
+"""ONNX Runtime backend, step 3: a GraphIR becomes an ONNX model (torch's exporter, torchlib).
+
+``export_onnx`` runs on a cache miss only (session.py keeps the files). ``torch.export`` the ATen
+graph module, then translate it with torch's ONNX exporter (torchlib), opset 20. Two rewrites follow:
+an output that passes an input through gets an Identity (ONNX Runtime leaves the buffer bound to such
+an output unwritten), and the weight Transpose in front of a Gemm becomes ``transB`` (a weight input
+would otherwise be transposed on every call).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Sequence
+
+import torch
+
+from torchmux.extend import GraphIR
+
+EXPORT_FORMAT = 3  # bump whenever export_onnx changes what it writes: old cache entries then miss
+# 20 is the first opset with a Gelu op; at 18 (torchlib's default) GELU is five elementwise ops
+OPSET = 20
+IR_VERSION = 10  # torch's exporter writes 10; ONNX Runtime 1.31 reads up to 13 (onnx 1.23 alone would write 14)
+
+_registry_lock = threading.Lock()
+_registry: Any = None
+
+
+def _onnx_registry() -> Any:
+    """torchlib's ATen -> ONNX translations, built once per process (it takes about a second)."""
+    global _registry
+    with _registry_lock:
+        if _registry is None:
+            from torch.onnx._internal.exporter import _registration
+
+            quiet = logging.getLogger(_registration.__name__)
+            level = quiet.level
+            quiet.setLevel(logging.ERROR)  # it warns about every torchvision op when torchvision is absent
+            try:
+                _registry = _registration.ONNXRegistry.from_torchlib(opset_version=OPSET)
+            finally:
+                quiet.setLevel(level)
+        return _registry
+
+
+def export_onnx(ir: GraphIR, example_inputs: Sequence[Any]) -> bytes:
+    """The ONNX model of ``ir`` (serialized), inputs and outputs in the graph's order.
+
+    The graph is already Core ATen, so the fast path translates it directly with torchlib (tens of
+    milliseconds); if that fails, the public ``torch.onnx.export`` (which first decomposes further
+    with ONNX's own table, about a second more) gets a second try.
+    """
+    args = tuple(t.detach() if isinstance(t, torch.Tensor) else t for t in example_inputs)
+    try:
+        program = _export_fast(ir, args)
+    except Exception as fast_error:
+        try:
+            program = torch.onnx.export(
+                torch.export.export(ir.gm, args, strict=False), (), dynamo=True,
+                optimize=False, verify=False, report=False, verbose=False, opset_version=OPSET,
+            )
+        except Exception as e:
+            raise RuntimeError(
+                f"torch's ONNX exporter cannot translate graph {ir.name}: {type(e).__name__}: {first_line(e)} "
+                f"(direct translation failed first with {type(fast_error).__name__}: {first_line(fast_error)})"
+            ) from e
+    model = program.model_proto
+    tensors = len(tensor_outputs(ir))
+    if len(model.graph.input) != len(ir.placeholders) or len(model.graph.output) != tensors:
+        raise RuntimeError(
+            f"the ONNX model of graph {ir.name} has {len(model.graph.input)} inputs and {len(model.graph.output)} "
+            f"outputs; the graph has {len(ir.placeholders)} inputs and {tensors} tensor outputs"
+        )
+    _outputs_not_inputs(model)
+    _transposes_into_gemm(model)
+    # the direct translation writes torchlib's default opset (18) into the model whatever the registry's
+    # opset was; both paths translated for OPSET
+    for op in list(model.opset_import):
+        if op.domain in ("", "ai.onnx"):
+            model.opset_import.remove(op)
+    model.opset_import.add(domain="", version=OPSET)
+    model.ir_version = min(model.ir_version, IR_VERSION)
+    return model.SerializeToString()
+
+
+def _transposes_into_gemm(model: Any) -> None:
+    """``F.linear`` arrives as ``addmm(b, x, permute(w, [1, 0]))``: Transpose then Gemm. A weight is a graph
+    input (not a constant), so ONNX Runtime would transpose it on every call; Gemm's ``transB`` reads it
+    transposed for free. Fold every 2-D Transpose that feeds a Gemm operand into that flag."""
+    import onnx
+
+    graph = model.graph
+    producer = {out: n for n in graph.node for out in n.output}
+    outputs = {o.name for o in graph.output}
+    for node in graph.node:
+        if node.op_type != "Gemm" or node.domain not in ("", "ai.onnx"):
+            continue
+        for index, flag in ((0, "transA"), (1, "transB")):
+            src = producer.get(node.input[index])
+            perm = next((list(a.ints) for a in src.attribute if a.name == "perm"), None) if src is not None else None
+            if src is None or src.op_type != "Transpose" or src.domain not in ("", "ai.onnx") or perm != [1, 0]:
+                continue
+            attrs = {a.name: a for a in node.attribute}
+            value = 1 - (attrs[flag].i if flag in attrs else 0)
+            if flag in attrs:
+                node.attribute.remove(attrs[flag])
+            node.attribute.append(onnx.helper.make_attribute(flag, value))
+            node.input[index] = src.input[0]
+    used = {i for n in graph.node for i in n.input} | outputs
+    dead = [n for n in graph.node if n.op_type == "Transpose" and not any(o in used for o in n.output)]
+    for n in dead:
+        graph.node.remove(n)
+
+
+def _outputs_not_inputs(model: Any) -> None:
+    """Give every output that is a graph input its own value (an Identity): ONNX Runtime does not write
+    a passed-through input into the output buffer bound for it."""
+    import onnx
+
+    inputs = {i.name for i in model.graph.input}
+    for i, out in enumerate(model.graph.output):
+        if out.name in inputs:
+            new = f"{out.name}__output{i}"
+            model.graph.node.append(onnx.helper.make_node("Identity", [out.name], [new], name=f"passthrough_{i}"))
+            out.name = new
+
+
+def _export_fast(ir: GraphIR, args: tuple[Any, ...]) -> Any:
+    from torch.onnx._internal.exporter import _core, _fx_passes
+
+    registry = _onnx_registry()
+    program = torch.export.export(ir.gm, args, strict=False)
+    _fx_passes.insert_type_promotion_nodes(program.graph_module)  # ONNX has no implicit type promotion
+    return _core._exported_program_to_onnx_program(program, registry=registry)
+
+
+def tensor_outputs(ir: GraphIR) -> list[int]:
+    """Positions of the graph's tensor outputs; the others are None (a backward graph's gradient of an
+    input that needs none), which the ONNX model leaves out and the compiled graph returns as None."""
+    positions = []
+    for i, out in enumerate(ir.outputs):
+        if out is None:
+            continue
+        if not isinstance(out, torch.fx.Node):
+            raise NotImplementedError(f"graph {ir.name} returns {out!r} (output {i}); onnxruntime returns tensors only")
+        positions.append(i)
+    return positions
+
+
+def first_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0][:300] if lines else ""

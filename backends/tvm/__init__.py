@@ -1,0 +1,64 @@
+"""Apache TVM: each graph becomes a Relax module, built by TVM for the CPU (LLVM) or a GPU (CUDA).
+
+This module is the cheap part: it says whether TVM is installed, in which version, without importing
+it. The work (import through TVM's PyTorch frontend, build, on-disk cache, MetaSchedule tuning, the
+DLPack hot path) is in ``_tvm_impl.py``, imported by :meth:`TvmBackend.compile`.
+
+Options (``options={"tvm.<name>": value}``):
+
+- ``tune_seconds`` (float, 120): wall-clock budget for MetaSchedule tuning of one graph
+  (``mode="max-autotune"`` only).
+- ``tune_trials`` (int, 512): at most this many measured trials for one graph, over all its tasks.
+- ``tune_trials_per_task`` (int, 64): a task (one fused kernel) is tuned until the tuning database
+  holds this many trials for it; tasks already tuned that far (by any graph, any process) are reused.
+- ``trials_per_round`` (int, 16): trials measured between two looks at the clock.
+- ``target`` (dict): a TVM target in JSON-dict form (``{"kind": "llvm", "mcpu": "skylake"}``), in
+  place of the host's.
+- ``cache`` (bool, True): read and write built libraries under ``TORCHMUX_CACHE_DIR/tvm``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from pathlib import Path
+
+from torchmux import extend
+from torchmux.extend import load_claims, module_present, package_version, version_tuple
+
+#: the oldest release whose API (tvm.compile, Relax VM, s_tir.meta_schedule, tvm-ffi DLPack) we use
+MIN_VERSION = (0, 21)
+
+
+class TvmBackend(extend.Backend):
+    name = "tvm"
+    devices = ("cpu", "cuda")
+    package = "apache-tvm"
+    description = "Apache TVM Relax: LLVM on the CPU, CUDA with dlight schedules; MetaSchedule tuning in max-autotune"
+    dtypes = (torch.float32,)  # float16 not yet probed on the CPU; claimed only once its cases pass
+    # what the conformance suite passed (`python -m torchmux.testing.probe tvm --write ...`)
+    claims = load_claims(Path(__file__).with_name("claims.json"))
+
+    def availability(self) -> extend.Availability:
+        version = package_version(self.package)
+        if version is None or not module_present("tvm"):
+            return extend.Availability.no(
+                "apache-tvm is not installed; install it with `pip install apache-tvm` "
+                f"(version {'.'.join(map(str, MIN_VERSION))} or newer)"
+            )
+        if version_tuple(version) < MIN_VERSION:
+            return extend.Availability.no(
+                f"apache-tvm {version} is too old: torchmux needs {'.'.join(map(str, MIN_VERSION))} or newer "
+                "(tvm.compile, Relax VM, s_tir.meta_schedule); upgrade with `pip install -U apache-tvm`"
+            )
+        return extend.Availability.yes()
+
+    def compile(self, request: extend.CompileRequest) -> extend.CompiledGraph:
+        from . import build
+
+        return build.compile_graph(request)
+
+
+@extend.hookimpl
+def torchmux_add_backends() -> list[extend.Backend]:
+    return [TvmBackend()]
