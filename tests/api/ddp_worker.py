@@ -1,0 +1,78 @@
+"""Trains a small model under DistributedDataParallel on 2 CPU processes (gloo), uncompiled and compiled
+with torchmux, and writes each rank's losses, gradients, measurements and choices to OUT/rank<r>.pt.
+
+    python tests/api/ddp_worker.py OUT BACKEND [STEPS]
+
+BACKEND is "auto" or a comma-separated list of backend names for auto to choose among. Every rank
+has its own TORCHMUX_CACHE_DIR: rank 1 learns rank 0's choices through the process group, not a file.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(16, 32), torch.nn.Linear(32, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.tanh(self.a(x)))
+
+
+def train(model: torch.nn.Module, rank: int, steps: int) -> tuple[list[float], list[list[torch.Tensor]]]:
+    ddp = DDP(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(100 + rank)  # each rank its own shard of data
+    losses, grads = [], []
+    for _ in range(steps):
+        x, y = torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g)
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(ddp(x), y)
+        loss.backward()
+        losses.append(loss.item())
+        grads.append([p.grad.detach().clone() for p in model.parameters()])
+        opt.step()
+    return losses, grads
+
+
+def run(rank: int, world: int, out: str, backend: str, steps: int) -> None:
+    os.environ["TORCHMUX_CACHE_DIR"] = os.path.join(out, f"cache{rank}")
+    dist.init_process_group("gloo", init_method=f"file://{os.path.join(out, 'rendezvous')}", rank=rank, world_size=world)
+    import torchmux
+    from torchmux.autotune.runner import GraphRunner
+    from torchmux.core.registry import get_registry
+
+    measured: list[str] = []
+
+    class Observer:
+        @torchmux.hookimpl
+        def torchmux_candidate_measured(self, ir, backend, seconds, ok, reason):  # type: ignore[no-untyped-def]
+            measured.append(backend)
+
+    get_registry().register(Observer(), "ddp_observer")
+    torch.manual_seed(0)
+    plain = Net()
+    compiled = Net()
+    compiled.load_state_dict(plain.state_dict())
+    want = train(plain, rank, steps)
+    names = backend.split(",") if "," in backend else backend
+    got = train(torchmux.compile(compiled, backend=names), rank, steps)
+    chosen = {r.ir.fingerprint(): [d.backend for d in r.placements()]
+              for r in gc.get_objects() if isinstance(r, GraphRunner)}
+    torch.save({"want": want, "got": got, "measured": measured, "chosen": chosen}, os.path.join(out, f"rank{rank}.pt"))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    out, backend = sys.argv[1], sys.argv[2]
+    steps = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    mp.spawn(run, args=(2, out, backend, steps), nprocs=2, join=True)
