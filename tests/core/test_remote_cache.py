@@ -7,6 +7,7 @@ entries that are garbage cost a warning and a local compile, never a wrong or fa
 
 from __future__ import annotations
 
+import json
 import time
 import warnings
 from pathlib import Path
@@ -95,9 +96,11 @@ def test_machine_b_compiles_with_no_measurement(redis_server, measured, tmp_path
         got, want = _compile_and_run(x)
     torch.testing.assert_close(got, want)
     assert seen == [], f"machine B measured {seen}"
-    assert remote_cache.stats()["remote_hits"] >= hits + 2  # the decision and the ONNX model came from Redis
-    assert list((tmp_path / "b" / "decisions").glob("*.json")), "the decision is now in B's local cache"
-    assert list((tmp_path / "b" / "onnxruntime").glob("*/model.onnx"))
+    decision = [json.loads(p.read_text()) for p in (tmp_path / "b" / "decisions").glob("*.json")]
+    assert decision, "the decision came from Redis and is now in B's local cache"
+    if decision[0]["backend"] == "onnxruntime":  # B ran the winner on A's ONNX model, exported nowhere else
+        assert remote_cache.stats()["remote_hits"] >= hits + 2
+        assert list((tmp_path / "b" / "onnxruntime").glob("*/model.onnx"))
 
 
 def test_server_killed_mid_run(redis_server, measured, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
