@@ -1,4 +1,5 @@
-"""A torchmux-compiled model inside DistributedDataParallel: 2 CPU processes (gloo, mp.spawn), 3 steps.
+"""A torchmux-compiled model inside DistributedDataParallel, and one sharded by FSDP2 (``fully_shard``):
+2 CPU processes (gloo, mp.spawn), 3 steps each.
 
 Losses and gradients equal the same run uncompiled; rank 0 alone measures, rank 1 runs rank 0's
 choice for every graph (autotune/distributed.py), so the ranks never disagree on a backend.
@@ -16,10 +17,10 @@ import torch
 WORKER = Path(__file__).with_name("ddp_worker.py")
 
 
-@pytest.fixture(scope="module")
-def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
-    out = tmp_path_factory.mktemp("ddp")
-    proc = subprocess.run([sys.executable, str(WORKER), str(out), "eager,onnxruntime"],
+@pytest.fixture(scope="module", params=["ddp", "fsdp"])
+def ranks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    out = tmp_path_factory.mktemp(request.param)
+    proc = subprocess.run([sys.executable, str(WORKER), str(out), "eager,onnxruntime", "3", request.param],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return [torch.load(out / f"rank{r}.pt") for r in range(2)]
@@ -33,7 +34,7 @@ def test_losses_and_gradients_equal_uncompiled(ranks: list[dict]) -> None:
         torch.testing.assert_close(got_losses, want_losses, rtol=1e-5, atol=1e-6)
         for got, want in zip(got_grads, want_grads):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
-    # DDP averaged the gradients: both ranks hold the same ones, though their data differ
+    # the gradients were averaged: both ranks hold the same ones, though their data differ
     for g0, g1 in zip(ranks[0]["got"][1][-1], ranks[1]["got"][1][-1]):
         torch.testing.assert_close(g0, g1)
 
