@@ -31,8 +31,8 @@ class _Bar:
         self.bar = tqdm(total=total, desc=f"torchmux {graph}", unit="step", leave=False, file=sys.stderr)
 
     def __call__(self, candidate: str, what: str) -> None:
-        self.bar.set_postfix_str(f"{what} {candidate}", refresh=False)
         self.bar.update(1)
+        self.bar.set_postfix_str(f"{what} {candidate}")  # redrawn now: a step takes long enough to read it
 
     def close(self) -> None:
         self.bar.close()

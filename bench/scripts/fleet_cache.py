@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 MACHINE = r"""
 import json, time, torch, torchmux
@@ -63,7 +64,7 @@ def main() -> int:
             proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
             result = json.loads(proc.stdout.strip().splitlines()[-1])
             folder = os.path.join(work, f"machine{name}", "decisions")
-            winners = sorted({json.load(open(os.path.join(folder, f)))["backend"] for f in os.listdir(folder)})
+            winners = sorted({json.loads(Path(folder, f).read_text())["backend"] for f in os.listdir(folder)})
             print(f"machine {name}: compile to first answer {result['seconds']:.2f} s, "
                   f"{result['measured']} candidates measured, running on {', '.join(winners)}")
     finally:

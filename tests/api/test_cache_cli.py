@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 import torchmux
 from torchmux.api.cache_cli import BundleError, import_bundle, main
 from torchmux.core import remote_cache
