@@ -83,7 +83,7 @@ def run(rank: int, world: int, out: str, backend: str, steps: int, wrap: str) ->
     else:  # DDP wraps the compiled model
         got = train(torchmux.compile(compiled, backend=names), rank, steps, wrap)
     chosen = {r.ir.fingerprint(): [d.backend for d in r.placements()]
-              for r in gc.get_objects() if isinstance(r, GraphRunner)}
+              for r in gc.get_objects() if type(r) is GraphRunner}  # type(): no dereferencing dead weak proxies
     torch.save({"want": want, "got": got, "measured": measured, "chosen": chosen}, os.path.join(out, f"rank{rank}.pt"))
     dist.destroy_process_group()
 
