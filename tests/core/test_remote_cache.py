@@ -193,3 +193,33 @@ def test_decision_key_names_the_machine_kind(monkeypatch) -> None:  # type: igno
     here = decisions.decision_key(FakeIR(), sig, [], None)  # type: ignore[arg-type]
     monkeypatch.setattr(decisions, "machine_kind", lambda device: "cpu:Another CPU x64")
     assert decisions.decision_key(FakeIR(), sig, [], None) != here  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_tvm_library_travels_signed_only(redis_server, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A TVM shared library reaches machine B only with the fleet key; without it B rebuilds it."""
+    pytest.importorskip("tvm")
+    x = torch.randn(4, 16)
+    (tmp_path / "fleet.key").write_text("secret-of-the-fleet")
+    monkeypatch.setenv("TORCHMUX_FLEET_KEY_FILE", str(tmp_path / "fleet.key"))
+
+    def compile_on(folder: Path) -> None:
+        _machine(monkeypatch, folder, redis_server.url)
+        torch.manual_seed(0)
+        model = Net().eval()
+        with torch.no_grad():
+            torch.testing.assert_close(torchmux.compile(model, backend="tvm")(x), model(x), rtol=1e-4, atol=1e-5)
+
+    compile_on(tmp_path / "a")
+    libraries = [k.decode() for k in redis_server.client.keys("torchmux:tvm/lib/*.so")]
+    assert libraries, "machine A shared its library, signed"
+    hits = remote_cache.stats().get("remote_hits", 0)
+    compile_on(tmp_path / "b")
+    assert remote_cache.stats()["remote_hits"] >= hits + 2  # the library and its metadata came from Redis
+    so = tmp_path / "b" / libraries[0].removeprefix("torchmux:")
+    assert so.read_bytes() == (tmp_path / "a" / so.relative_to(tmp_path / "b")).read_bytes()  # fetched, not rebuilt
+
+    monkeypatch.delenv("TORCHMUX_FLEET_KEY_FILE")
+    compile_on(tmp_path / "c")  # no key: the library is built here, the data (its metadata) still shared
+    assert (tmp_path / "c" / so.relative_to(tmp_path / "b")).exists()
+    assert remote_cache.read_bytes(libraries[0].removeprefix("torchmux:"), executable=True) is None
