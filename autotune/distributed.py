@@ -13,16 +13,24 @@ group of more than one rank is initialized, the runner (runner.py) asks :func:`r
 The store (the TCPStore or FileStore every process group rendezvoused through) is used rather than a
 collective: a broadcast issued while compiling a backward graph would interleave with DDP's own
 gradient all-reduces, and collectives must be issued in the same order on every rank. A ``set``/``get``
-on the store has no such order; the key names the graph, so each rank finds its graph's record.
+on the store has no such order.
+
+The store key (:func:`key_for`) is not the decision cache's key: that one names the machine kind and
+the device index (``cuda:1`` on rank 1), which differ between ranks, and so does the graph's
+fingerprint. Every rank compiles the same graphs in the same order, so the key is the graph's name, its
+ops in order, the inputs' shapes, dtypes and device type, and the order in which this process first
+tuned that combination.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import timedelta
 from typing import Any
 
 from ..core import settings
+from ..core.ir import GraphIR
 
 PREFIX = "torchmux/decision/"
 
@@ -37,6 +45,18 @@ def role() -> str | None:
         return "leader" if dist.get_rank() == 0 else "follower"
     except Exception:
         return None
+
+
+_tuned: dict[tuple, int] = {}
+
+
+def key_for(ir: GraphIR, signature: tuple, mode: str | None) -> str:
+    """The same string on every rank for the same graph, input signature and mode (see the docstring)."""
+    plain = tuple((tuple(e[0]), str(e[1]), e[2].type) if len(e) == 3 and hasattr(e[2], "type") else repr(e)
+                  for e in signature)
+    what = (ir.name, ",".join(str(n.target) for n in ir.op_nodes), plain, mode)
+    n = _tuned.setdefault(what, len(_tuned))
+    return hashlib.sha256(repr((n, *what)).encode()).hexdigest()[:32]
 
 
 def _store() -> Any:

@@ -102,11 +102,12 @@ class GraphRunner:
         tuned = config.auto and len(candidates) > 1
         key = cache.decision_key(self.ir, sig, candidates, config.mode, config.split_segments) if tuned else ""
         role = distributed.role() if tuned else None
+        rank_key = distributed.key_for(self.ir, sig, config.mode) if role else ""
         if not config.auto and len(config.backends) == 1 and candidates and candidates[0].name == "eager":
             placement = build_placement(self.ir, candidates[0], args, mode=config.mode, options={})
             decision = Decision(Measurement("eager", math.nan, True, placement=placement), [])
         elif role == "follower":  # rank 0 chose (distributed.py); run its choice, checked
-            decision = self._remembered(sig, candidates, args, distributed.receive(key)) or self._rank0_failed(args)
+            decision = self._remembered(sig, candidates, args, distributed.receive(rank_key)) or self._rank0_failed(args)
         elif config.auto and (remembered := self._remembered(sig, candidates, args)) is not None:
             decision = remembered
         else:
@@ -150,7 +151,7 @@ class GraphRunner:
                 progress.summary(f"{self.ir.name}: {decision.backend} won among {len(candidates)} backends ("
                                  + ", ".join(m.summary for m in results) + ")")
         if role == "leader":
-            distributed.publish(key, self._record(decision))
+            distributed.publish(rank_key, self._record(decision))
         if settings.VERBOSE.get():
             print(f"[torchmux] {self.ir.name} {list(sig)[:2]}: "
                   + " | ".join(m.summary for m in decision.measurements) + f" -> {decision.backend}", file=sys.stderr)
