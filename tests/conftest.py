@@ -53,8 +53,7 @@ class RedisServer:
         self.proc = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", folder, "--save", "",
              "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        import redis
-
+        redis = pytest.importorskip("redis", reason="the redis client is not installed (pip install 'torchmux[fleet]')")
         self.client = redis.Redis(port=self.port, socket_timeout=2)
         for _ in range(100):
             try:
