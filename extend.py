@@ -13,7 +13,10 @@ the built-ins.
 - Environment probes that never import the library they ask about: :func:`package_version`,
   :func:`module_present`, :func:`version_tuple`, :func:`has_cuda`.
 - Artifacts: :func:`artifact_dir` (under ``TORCHMUX_CACHE_DIR``), :func:`atomic_write`,
-  :func:`debug_dir` (``TORCHMUX_DEBUG_DIR``).
+  :func:`debug_dir` (``TORCHMUX_DEBUG_DIR``); the fleet's shared cache (``TORCHMUX_REMOTE_CACHE``):
+  :func:`fetch_artifact` (is the file here, locally or fetched from the remote cache?) and
+  :func:`publish_artifact` (send a file just built), ``executable=True`` for shared libraries (they
+  travel only signed with the fleet key).
 """
 
 from __future__ import annotations
@@ -32,9 +35,10 @@ from .core.backend import (
 )
 from .core.hookspecs import hookimpl
 from .core.ir import GraphIR, TensorSpec, op_name, spec_of
+from .core.remote_cache import fetch_artifact, publish_artifact
 
 __all__ = [
     "Availability", "Backend", "CompileRequest", "CompiledGraph", "GraphIR", "TensorSpec", "artifact_dir",
-    "atomic_write", "debug_dir", "has_cuda", "hookimpl", "load_claims", "module_present", "node_float_dtypes",
-    "op_name", "package_version", "spec_of", "version_tuple",
+    "atomic_write", "debug_dir", "fetch_artifact", "has_cuda", "hookimpl", "load_claims", "module_present", "node_float_dtypes",
+    "op_name", "package_version", "publish_artifact", "spec_of", "version_tuple",
 ]

@@ -14,6 +14,7 @@ from typing import Any, Callable
 import torch
 
 from ..autotune.runner import GraphRunner
+from ..core import settings
 from ..core.config import CompileConfig, resolve
 from ..core.errors import BadArgumentError, FullGraphError
 from ..frontends.dynamo import TorchmuxDynamoBackend
@@ -60,6 +61,7 @@ def compile(
         return model
 
     config = resolve(backend, mode, options)
+    settings.REMOTE_CACHE.get()  # a malformed TORCHMUX_REMOTE_CACHE is refused here, not at the first call
     if config.get("mend"):  # remove graph breaks from the source first (frontends/mend.py)
         from ..frontends.mend import mend, scoped
 

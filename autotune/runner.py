@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import sys
 import threading
+import time
 import warnings
 from typing import Any, Sequence
 
@@ -22,6 +23,7 @@ from ..core.errors import TorchmuxFallbackWarning
 from ..core.ir import GraphIR
 from ..core.registry import get_registry
 from . import decisions as cache
+from . import distributed, progress
 from ..core.compare import mismatch
 from .placement import build_placement
 from .split import Plan, build_split, try_split
@@ -97,17 +99,28 @@ class GraphRunner:
         config = self.config
         candidates = self._candidates(args)
         registry = get_registry()
+        tuned = config.auto and len(candidates) > 1
+        key = cache.decision_key(self.ir, sig, candidates, config.mode, config.split_segments) if tuned else ""
+        role = distributed.role() if tuned else None
+        rank_key = distributed.key_for(self.ir, sig, config.mode) if role else ""
         if not config.auto and len(config.backends) == 1 and candidates and candidates[0].name == "eager":
             placement = build_placement(self.ir, candidates[0], args, mode=config.mode, options={})
             decision = Decision(Measurement("eager", math.nan, True, placement=placement), [])
+        elif role == "follower":  # rank 0 chose (distributed.py); run its choice, checked
+            decision = self._remembered(sig, candidates, args, distributed.receive(rank_key)) or self._rank0_failed(args)
         elif config.auto and (remembered := self._remembered(sig, candidates, args)) is not None:
             decision = remembered
         else:
             verify = config.auto or config.get("verify")
-            results = measure(
-                self.ir, candidates, args, mode=config.mode, options=config.options_for,
-                time_budget=float(config.get("autotune_budget")), timed=config.auto,
-            ) if verify else self._unverified(candidates, args)
+            bar = progress.for_graph(self.ir.name, len(candidates)) if tuned else None
+            try:
+                results = measure(
+                    self.ir, candidates, args, mode=config.mode, options=config.options_for,
+                    time_budget=float(config.get("autotune_budget")), timed=config.auto, progress=bar,
+                ) if verify else self._unverified(candidates, args)
+            finally:
+                if bar is not None:
+                    bar.close()
             if config.auto and config.split_segments and len(candidates) > 1 and self.ir.is_static:
                 split = try_split(self.ir, results, candidates, args, segments=config.split_segments,
                                   mode=config.mode, options=config.options_for,
@@ -133,13 +146,12 @@ class GraphRunner:
                     TorchmuxFallbackWarning, stacklevel=3,
                 )
             decision = Decision(best, list(results))
-            if config.auto and best.ok and len(candidates) > 1:
-                cache.store(cache.decision_key(self.ir, sig, candidates, config.mode, config.split_segments), {
-                    "backend": best.backend,
-                    "plan": best.placement.plan if best.placement else None,
-                    "measurements": [{"backend": m.backend, "seconds": m.seconds if m.ok else None, "reason": m.reason}
-                                     for m in results],
-                })
+            if tuned and best.ok:
+                cache.store(key, self._record(decision))
+                progress.summary(f"{self.ir.name}: {decision.backend} won among {len(candidates)} backends ("
+                                 + ", ".join(m.summary for m in results) + ")")
+        if role == "leader":
+            distributed.publish(rank_key, self._record(decision))
         if settings.VERBOSE.get():
             print(f"[torchmux] {self.ir.name} {list(sig)[:2]}: "
                   + " | ".join(m.summary for m in decision.measurements) + f" -> {decision.backend}", file=sys.stderr)
@@ -148,13 +160,32 @@ class GraphRunner:
         self._fns[sig] = fn
         return fn
 
-    def _remembered(self, sig: tuple, candidates: list, args: Sequence[Any]) -> Decision | None:
-        """The winner a previous process measured for this graph, signature and candidate set, if it is
-        still correct; None sends the graph through the full measurement."""
+    def _record(self, decision: Decision) -> dict[str, Any]:
+        """A decision as the cache, the fleet and the other ranks keep it (JSON)."""
+        best = decision.chosen
+        return {
+            "backend": best.backend,
+            "plan": best.placement.plan if best.placement else None,
+            "graph": self.ir.name, "ops": len(self.ir.op_nodes), "created": time.time(),
+            "measurements": [{"backend": m.backend, "seconds": m.seconds if m.ok and math.isfinite(m.seconds) else None,
+                              "reason": m.reason} for m in decision.measurements],
+        }
+
+    def _rank0_failed(self, args: Sequence[Any]) -> Decision:
+        warnings.warn(f"torchmux: rank 0's choice for graph {self.ir.name} fails on this rank; running it eagerly",
+                      TorchmuxFallbackWarning, stacklevel=3)
+        best = self._eager_fallback(args)
+        return Decision(best, [best])
+
+    def _remembered(self, sig: tuple, candidates: list, args: Sequence[Any],
+                    record: dict[str, Any] | None = None) -> Decision | None:
+        """The winner a previous process (or rank 0: ``record``) measured for this graph, signature and
+        candidate set, if it is still correct; None sends the graph through the full measurement."""
         if len(candidates) < 2:
             return None
         config = self.config
-        record = cache.load(cache.decision_key(self.ir, sig, candidates, config.mode, config.split_segments))
+        if record is None:
+            record = cache.load(cache.decision_key(self.ir, sig, candidates, config.mode, config.split_segments))
         if not record:
             return None
         if record.get("plan"):
@@ -165,10 +196,14 @@ class GraphRunner:
                                         options=config.options_for, timed=False)[0]
         if chosen is None or not chosen.ok:
             return None
-        remembered = [Measurement(m["backend"], m["seconds"] if m["seconds"] is not None else math.inf,
-                                  m["seconds"] is not None, m.get("reason", "") or "(remembered)")
-                      for m in record.get("measurements", []) if m["backend"] != chosen.backend]
-        chosen.seconds = next((m["seconds"] for m in record.get("measurements", []) if m["backend"] == chosen.backend), math.nan)
+        try:
+            remembered = [Measurement(m["backend"], m["seconds"] if m["seconds"] is not None else math.inf,
+                                      m["seconds"] is not None, m.get("reason", "") or "(remembered)")
+                          for m in record.get("measurements", []) if m["backend"] != chosen.backend]
+            chosen.seconds = next((m["seconds"] for m in record.get("measurements", [])
+                                   if m["backend"] == chosen.backend and m["seconds"] is not None), math.nan)
+        except (KeyError, TypeError, AttributeError):  # a damaged record still names a checked winner
+            remembered = []
         return Decision(chosen, [chosen] + remembered)
 
     def _remembered_split(self, record: Any, candidates: list, args: Sequence[Any]) -> Measurement | None:

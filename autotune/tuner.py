@@ -99,12 +99,16 @@ def measure(
     time_budget: float = 0.5,
     max_rounds: int = 25,
     timed: bool = True,
+    progress: Callable[[str, str], None] | None = None,
 ) -> list[Measurement]:
-    """Compile, check and (if ``timed``) time every backend on ``args``. Never raises for a backend's fault."""
+    """Compile, check and (if ``timed``) time every backend on ``args``. Never raises for a backend's fault.
+    ``progress(candidate, "compile" | "time")`` is called as each step starts (autotune/progress.py)."""
     reference = ir.run_reference(*args)
     results: list[Measurement] = []
     live: list[tuple[Measurement, Callable[..., Any]]] = []
     for backend in backends:
+        if progress:
+            progress(backend.name, "compile")
         t0 = time.perf_counter()
         try:
             placement = build_placement(ir, backend, args, mode=mode, options=options(backend.name))
@@ -128,6 +132,9 @@ def measure(
         live.append((m, placement.fn))
 
     if timed and len(live) > 1:
+        for m, _ in live:
+            if progress:
+                progress(m.backend, "time")
         time_rounds(live, args, time_budget, max_rounds)
     return results
 

@@ -45,3 +45,8 @@ class TorchmuxFallbackWarning(UserWarning):
 
 class NoCorrectBackendError(TorchmuxError, RuntimeError):
     """No candidate backend produced a correct answer for a graph (eager always should: this is a bug)."""
+
+
+class TorchmuxRemoteCacheWarning(TorchmuxFallbackWarning):
+    """The remote cache (TORCHMUX_REMOTE_CACHE) could not be used: down, slow, or an entry failed its check.
+    torchmux goes on with the local cache and compiles locally."""

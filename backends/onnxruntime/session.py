@@ -32,7 +32,15 @@ import onnxruntime as ort
 import torch
 
 from torchmux import extend
-from torchmux.extend import GraphIR, TensorSpec, artifact_dir, atomic_write, package_version
+from torchmux.extend import (
+    GraphIR,
+    TensorSpec,
+    artifact_dir,
+    atomic_write,
+    fetch_artifact,
+    package_version,
+    publish_artifact,
+)
 
 from . import CPU, CUDA, TENSORRT, usable_providers
 from .export import EXPORT_FORMAT, IR_VERSION, OPSET, tensor_outputs, export_onnx
@@ -325,12 +333,16 @@ def compile_graph(request: extend.CompileRequest) -> OrtGraph:
     folder = _cache_dir(ir, providers)
     folder.mkdir(parents=True, exist_ok=True)
     exported, optimized = folder / "model.onnx", folder / "model.opt.onnx"
-    cache_hit = optimized.exists() or (exported.exists() and any(n == TENSORRT for n, _ in providers))
+    have_exported, have_optimized = fetch_artifact(exported), fetch_artifact(optimized)  # local, else the fleet's
+    cache_hit = have_optimized or (have_exported and any(n == TENSORRT for n, _ in providers))
     t0 = time.perf_counter()
-    if not exported.exists():
+    if not have_exported:
         atomic_write(exported, export_onnx(ir, request.example_inputs))
+        publish_artifact(exported)
     export_seconds = time.perf_counter() - t0 if not cache_hit else 0.0
-    model = optimized if optimized.exists() else _optimized_model(folder, providers)
+    model = optimized if have_optimized else _optimized_model(folder, providers)
+    if not have_optimized and model == optimized:
+        publish_artifact(optimized)
     so = _session_options(ort.GraphOptimizationLevel.ORT_ENABLE_ALL, request.options)
     session = ort.InferenceSession(str(model), sess_options=so, providers=_with_engine_cache(providers, folder))
     _check_providers(session, providers)

@@ -45,7 +45,7 @@ import tvm
 from tvm import relax
 
 from torchmux import extend
-from torchmux.extend import artifact_dir, atomic_write
+from torchmux.extend import artifact_dir, atomic_write, fetch_artifact, publish_artifact
 
 FORMAT = 2  # bump when the artifact layout or the import route changes: old artifacts are then ignored
 
@@ -245,7 +245,8 @@ _EXTRA_CONVERTERS = {"amax.default": _reduction("max"), "amin.default": _reducti
 
 def _load(lib_dir: Path, key: str) -> Any | None:
     so, meta = lib_dir / f"{key}.so", lib_dir / f"{key}.json"
-    if not (so.exists() and meta.exists()):
+    # a shared library comes from the fleet only signed with its key (else it is rebuilt here)
+    if not (fetch_artifact(meta) and fetch_artifact(so, executable=True)):
         return None
     try:
         if json.loads(meta.read_text()).get("format") != FORMAT:
@@ -275,6 +276,8 @@ def _store(lib_dir: Path, key: str, executable: Any, ir: extend.GraphIR, info: B
             **{k: v for k, v in asdict(info).items() if k not in ("cache", "library")},
         }
         atomic_write(lib_dir / f"{key}.json", json.dumps(meta, indent=1))
+        publish_artifact(lib_dir / f"{key}.so", executable=True)
+        publish_artifact(lib_dir / f"{key}.json")
         return "miss"
     except Exception as e:  # no C compiler, read-only disk...: run from memory, say why once
         with contextlib.suppress(Exception):

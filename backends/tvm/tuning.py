@@ -27,7 +27,7 @@ import torch
 import tvm
 from tvm import relax
 
-from torchmux.extend import atomic_write, module_present
+from torchmux.extend import atomic_write, fetch_artifact, module_present, publish_artifact
 
 from .build import FORMAT, cache_root, host_cores
 
@@ -240,6 +240,7 @@ class RecordStore:
         self.path = directory / "records.json"
         self.data: dict[str, Any] = {"format": FORMAT, "tvm": tvm.__version__, "workloads": {}}
         with contextlib.suppress(FileNotFoundError, ValueError):
+            fetch_artifact(self.path)  # the local records, else the fleet's
             loaded = json.loads(self.path.read_text())
             if loaded.get("format") == FORMAT and loaded.get("tvm") == tvm.__version__:
                 self.data = loaded
@@ -285,6 +286,7 @@ class RecordStore:
 
     def save(self) -> None:
         atomic_write(self.path, json.dumps(self.data))
+        publish_artifact(self.path)
 
 
 def _plain(obj: Any) -> Any:
