@@ -108,7 +108,7 @@ def graph_report(g: CapturedGraph) -> GraphReport:
         for d in runner.placements():
             p = d.chosen.placement
             ms = "" if d.chosen.seconds != d.chosen.seconds or d.chosen.seconds == float("inf") else f" {d.chosen.seconds * 1e3:.3f} ms"
-            split = f", {p.ops_eager} ops eager" if p is not None and p.ops_eager else ""
+            split = f", {p.eager_summary}" if p is not None and p.ops_eager else ""
             placements.append(f"{runner.ir.phase}: {d.backend}{ms}{split}")
             measurements.append(f"graph {g.index} {runner.ir.phase}: " + " | ".join(m.summary for m in d.measurements))
             if p is not None and p.kernels is not None:

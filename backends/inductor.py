@@ -19,6 +19,11 @@ class InductorBackend(extend.Backend):
     package = "torch"
     description = "torch._inductor: C++/OpenMP on the CPU, Triton on the GPU"
     dynamic_shapes = True
+    contract_version = extend.CONTRACT_VERSION
+    # free-form: every option is an Inductor config patch (a name in torch._inductor.config, such as
+    # options={"inductor.epilogue_fusion": False}), passed to compile_fx unchecked; Inductor itself
+    # refuses an unknown name when the graph compiles (a failed candidate, so eager runs it)
+    options_schema = None
 
     def availability(self) -> extend.Availability:
         if not torch.cuda.is_available() and not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):

@@ -34,15 +34,9 @@ import torch
 from torchmux import extend
 from torchmux.extend import GraphIR, TensorSpec, artifact_dir, atomic_write, package_version
 
-from . import CPU, CUDA, TENSORRT, usable_providers
+from . import CPU, CUDA, OPTIONS, TENSORRT, usable_providers
 from .export import EXPORT_FORMAT, IR_VERSION, OPSET, tensor_outputs, export_onnx
 
-OPTIONS = {
-    "providers": "execution providers in priority order: names or (name, options) pairs",
-    "intra_op_num_threads": "threads per session (default: torch.get_num_threads(), as torch.set_num_threads set it)",
-    "allow_spinning": "let idle session threads spin for the next run (default False: they would take the "
-                      "cores from the torch ops that run between ONNX Runtime regions)",
-}
 
 # torch dtype -> (NumPy element type for IOBinding, ONNX Runtime's type string)
 _TYPES: dict[torch.dtype, tuple[type, str]] = {
@@ -66,7 +60,7 @@ def _provider_list(request: extend.CompileRequest) -> list[tuple[str, dict[str, 
     if unknown:
         raise ValueError(
             f"unknown onnxruntime option(s) {unknown}; known: "
-            + "; ".join(f"{k} ({v})" for k, v in OPTIONS.items())
+            + "; ".join(f"{k} ({v.help})" for k, v in OPTIONS.items())
         )
     device = _device(request.example_inputs)
     requested = request.options.get("providers")

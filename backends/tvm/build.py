@@ -47,16 +47,11 @@ from tvm import relax
 from torchmux import extend
 from torchmux.extend import artifact_dir, atomic_write
 
+from . import OPTIONS
+
 FORMAT = 2  # bump when the artifact layout or the import route changes: old artifacts are then ignored
 
-DEFAULTS: dict[str, Any] = {
-    "tune_seconds": 120.0,
-    "tune_trials": 512,
-    "tune_trials_per_task": 64,
-    "trials_per_round": 16,
-    "target": None,
-    "cache": True,
-}
+DEFAULTS: dict[str, Any] = {name: option.default for name, option in OPTIONS.items()}
 TUNING_OPTIONS = ("tune_seconds", "tune_trials", "tune_trials_per_task", "trials_per_round")
 _log = logging.getLogger("torchmux.tvm")
 
