@@ -127,7 +127,8 @@ def compile_recorded(model: Any, backend: Any = "auto", mend: bool = True) -> tu
     recorder = Recorder()
     rewrites: Any = []
     if mend:
-        from ..frontends.mend import mend as mend_source, scoped
+        from ..frontends.mend import mend as mend_source
+        from ..frontends.mend import scoped
 
         model, rewrites = mend_source(model)
     compiled = torch.compile(model, backend=TorchmuxDynamoBackend(runner_factory(config), recorder), dynamic=False)

@@ -14,8 +14,9 @@ from __future__ import annotations
 import copy
 import time
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 import torch.fx as fx

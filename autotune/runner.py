@@ -12,17 +12,18 @@ import math
 import sys
 import threading
 import warnings
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from ..core import settings
+from ..core.compare import mismatch
 from ..core.config import CompileConfig
 from ..core.errors import TorchmuxFallbackWarning
 from ..core.ir import GraphIR
 from ..core.registry import get_registry
 from . import decisions as cache
-from ..core.compare import mismatch
 from .placement import build_placement
 from .split import Plan, build_split, try_split
 from .tuner import Decision, Measurement, choose, measure

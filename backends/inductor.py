@@ -7,6 +7,7 @@ Core ATen) and generates C++/OpenMP on the CPU (needs a C++ compiler) or Triton 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -44,7 +45,8 @@ class InductorBackend(extend.Backend):
             config_patches.update(max_autotune=True)
         config_patches.update(request.options)
         gm = _views_as_reshapes(request.ir.gm)
-        compiled = compile_fx.compile_fx(gm, list(request.example_inputs), config_patches=config_patches)
+        compiled: Callable[..., Sequence[torch.Tensor]] = compile_fx.compile_fx(  # type: ignore[assignment]  # typed as a union of its modes' results; this mode returns the callable
+            gm, list(request.example_inputs), config_patches=config_patches)
 
         def run(*args: torch.Tensor) -> list[torch.Tensor]:
             return list(compiled(*args))

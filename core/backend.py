@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 import torch
 import torch.fx as fx
@@ -42,11 +43,11 @@ class Availability:
     reason: str = ""
 
     @classmethod
-    def yes(cls) -> "Availability":
+    def yes(cls) -> Availability:
         return cls(True, "")
 
     @classmethod
-    def no(cls, reason: str) -> "Availability":
+    def no(cls, reason: str) -> Availability:
         return cls(False, reason)
 
 

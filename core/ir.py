@@ -52,8 +52,9 @@ from __future__ import annotations
 import hashlib
 import operator
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -198,7 +199,7 @@ class GraphIR:
         return Counter(op_name(n) for n in self.op_nodes)
 
     # ----------------------------------------------------------------------------- invariants
-    def lint(self) -> "GraphIR":
+    def lint(self) -> GraphIR:
         """Check the invariants of the module docstring; raise IRLintError naming the node that breaks one."""
         self.graph.lint()
         for node in self.graph.nodes:

@@ -13,7 +13,8 @@ import importlib.metadata
 import threading
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import pluggy
 
@@ -136,7 +137,7 @@ class Registry:
                 continue
             package = self._plugin_package.get(name, "?")
             try:
-                backends = list(impl.function() or [])
+                backends = list(cast(Callable[[], Any], impl.function)() or [])
             except Exception as e:
                 self._problem(name, package, f"torchmux_add_backends raised {type(e).__name__}: {e}")
                 continue

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import ctypes.util
 import functools
+from pathlib import Path
 
 import torch
-
-from pathlib import Path
 
 from torchmux import extend
 from torchmux.extend import load_claims, module_present, package_version, spec_of
@@ -41,7 +40,7 @@ def installed_distribution() -> str:
     return next((d for d in _DISTRIBUTIONS if package_version(d)), _DISTRIBUTIONS[-1])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def usable_providers() -> tuple[str, ...]:
     """The execution providers that can run here, best first.
 

@@ -24,8 +24,9 @@ import json
 import os
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -35,8 +36,7 @@ from torchmux import extend
 from torchmux.extend import GraphIR, TensorSpec, artifact_dir, atomic_write, package_version
 
 from . import CPU, CUDA, OPTIONS, TENSORRT, usable_providers
-from .export import EXPORT_FORMAT, IR_VERSION, OPSET, tensor_outputs, export_onnx
-
+from .export import EXPORT_FORMAT, IR_VERSION, OPSET, export_onnx, tensor_outputs
 
 # torch dtype -> (NumPy element type for IOBinding, ONNX Runtime's type string)
 _TYPES: dict[torch.dtype, tuple[type, str]] = {
@@ -198,8 +198,10 @@ class OrtGraph:
         cuda_opts = dict(session.get_provider_options()).get(CUDA, {})
         self._stream = int(cuda_opts.get("user_compute_stream", 0) or 0) if device.type == "cuda" else None
 
-    def __call__(self, *args: torch.Tensor) -> list[torch.Tensor]:
-        outs = [torch.empty(spec.shape, dtype=spec.dtype, device=self.device) for _, _, spec in self._outputs]
+    def __call__(self, *args: torch.Tensor) -> list[torch.Tensor | None]:  # a backward graph's outputs hold None
+        # a session has static shapes (supports() leaves symbolic ones to other backends)
+        outs = [torch.empty(spec.shape, dtype=spec.dtype, device=self.device)  # type: ignore[arg-type]
+                for _, _, spec in self._outputs]
         self.run_into(args, outs)
         return [None if j is None else outs[j] for j in self._slots]
 
@@ -236,7 +238,7 @@ class OrtGraph:
     def _run_c(self, args: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> Sequence[torch.Tensor]:
         """The same binding through ONNX Runtime's C-level objects, which the public wrapper calls after
         per-call bookkeeping (WebGPU graph capture, device lookup by name) that costs ~30 us."""
-        c_session, new_binding, devices = self._c  # type: ignore[misc]
+        c_session, new_binding, devices = self._c
         binding = new_binding(c_session)
         keep = []
         for (name, np_type, _), t in zip(self._inputs, args):

@@ -16,11 +16,10 @@ few block sizes per kernel at compile time instead of trusting the heuristic.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import torch
 import torch.fx as fx
-
-from pathlib import Path
 
 from torchmux import extend
 from torchmux.extend import load_claims, module_present, package_version, version_tuple

@@ -10,9 +10,9 @@ called (``torchmux.compile(..., options={"tvm.tune_seconds": 30})``).
 
 from __future__ import annotations
 
-import torch
-
 from pathlib import Path
+
+import torch
 
 from torchmux import extend
 from torchmux.extend import load_claims, module_present, package_version, version_tuple

@@ -36,9 +36,10 @@ import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import tvm
@@ -273,7 +274,7 @@ def _store(lib_dir: Path, key: str, executable: Any, ir: extend.GraphIR, info: B
         return "miss"
     except Exception as e:  # no C compiler, read-only disk...: run from memory, say why once
         with contextlib.suppress(Exception):
-            os.unlink(tmp)  # type: ignore[possibly-undefined]
+            os.unlink(tmp)
         _log.warning("tvm: could not cache the library for %s under %s (%s: %s); it works from memory",
                      ir.name, lib_dir, type(e).__name__, e)
         return "unwritable"
