@@ -12,8 +12,8 @@ import importlib
 import importlib.metadata
 import threading
 import warnings
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, cast
 
 import pluggy
