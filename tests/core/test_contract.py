@@ -17,6 +17,7 @@ class _Recording(torchmux.Backend):
     """Runs what it is given eagerly and records every graph it compiled (op names per compile)."""
 
     devices = ("cpu",)
+    auto = False  # only the tests that name it use it
 
     def __init__(self, name: str, **attrs):
         self.name, self.compiled = name, []
@@ -34,12 +35,22 @@ class _Recording(torchmux.Backend):
         return run
 
 
-def _use(backend: torchmux.Backend) -> torchmux.Backend:
-    registry = get_registry()
-    if backend.name in registry.names:
-        registry._entries.pop(backend.name)  # a fresh instance per test: its record starts empty
-    torchmux.register_plugin(backend, name=f"test_contract:{backend.name}:{id(backend)}")
-    return backend
+@pytest.fixture
+def use():
+    """Register backends for one test and take them out of the process-wide registry afterwards, so
+    that no other test's ``backend="auto"`` or backend list sees them."""
+    registry, added = get_registry(), []
+
+    def add(backend: torchmux.Backend) -> torchmux.Backend:
+        plugin = f"test_contract:{backend.name}:{id(backend)}"
+        torchmux.register_plugin(backend, name=plugin)
+        added.append((backend.name, plugin))
+        return backend
+
+    yield add
+    for name, plugin in added:
+        registry._entries.pop(name, None)
+        registry.pm.unregister(name=plugin)
 
 
 MUL_ADD = frozenset({"aten.mul.Tensor", "aten.add.Tensor"})
@@ -64,10 +75,11 @@ def test_a_backend_for_a_newer_contract_is_refused_naming_the_plugin():
     assert any(r.plugin == "future_plugin" and not r.available for r in registry.info())
 
 
-def test_an_old_style_backend_without_the_new_attributes_still_runs():
+def test_an_old_style_backend_without_the_new_attributes_still_runs(use):
     class OldStyle(torchmux.Backend):  # written against contract 1: ops, supports, compile and nothing else
         name = "old_style"
         ops = MUL_ADD
+        auto = False
 
         def __init__(self):
             self.calls = 0
@@ -81,7 +93,7 @@ def test_an_old_style_backend_without_the_new_attributes_still_runs():
 
             return run
 
-    old = _use(OldStyle())
+    old = use(OldStyle())
     x, y = torch.randn(4, 8), torch.randn(4, 8)
     torch.testing.assert_close(torchmux.compile(f_mul_add_sum, backend="old_style")(x, y), f_mul_add_sum(x, y))
     assert old.calls >= 1 and old.contract_version == 1
@@ -99,11 +111,11 @@ def test_an_option_typo_is_refused_at_compile_time_with_the_allowed_names():
         torchmux.compile(torch.nn.Linear(2, 2), backend="eager", options={"eager.fast": True})
 
 
-def test_declared_options_pass_and_free_form_options_are_not_checked():
+def test_declared_options_pass_and_free_form_options_are_not_checked(use):
     model = torch.nn.Linear(2, 2)
     torchmux.compile(model, options={"onnxruntime.intra_op_num_threads": 1, "tvm.tune_seconds": 3,
                                      "triton.autotune": True, "inductor.anything_goes": 1})
-    free = _use(_Recording("free_form", ops=MUL_ADD))  # no options_schema: an older plugin's options pass
+    free = use(_Recording("free_form", ops=MUL_ADD))  # no options_schema: an older plugin's options pass
     x, y = torch.randn(3, 4), torch.randn(3, 4)
     out = torchmux.compile(f_mul_add_sum, backend="free_form", options={"free_form.whatever": 1})(x, y)
     torch.testing.assert_close(out, f_mul_add_sum(x, y))
@@ -112,8 +124,8 @@ def test_declared_options_pass_and_free_form_options_are_not_checked():
 
 # ---- phases and granularity ---------------------------------------------------------------------
 
-def test_a_graph_of_a_phase_the_backend_does_not_list_falls_back_and_says_why():
-    inference_only = _use(_Recording("inference_only", phases=frozenset({"inference"})))
+def test_a_graph_of_a_phase_the_backend_does_not_list_falls_back_and_says_why(use):
+    inference_only = use(_Recording("inference_only", phases=frozenset({"inference"})))
     model = torch.nn.Linear(4, 3)
     x = torch.randn(2, 4, requires_grad=True)
     with pytest.warns(torchmux.TorchmuxFallbackWarning, match="compiles inference graphs only, not forward graphs"):
@@ -124,8 +136,8 @@ def test_a_graph_of_a_phase_the_backend_does_not_list_falls_back_and_says_why():
     assert inference_only.compiled == []
 
 
-def test_whole_graph_granularity_refuses_a_graph_with_an_unclaimed_op():
-    whole = _use(_Recording("whole_only", ops=MUL_ADD, granularity="graph"))
+def test_whole_graph_granularity_refuses_a_graph_with_an_unclaimed_op(use):
+    whole = use(_Recording("whole_only", ops=MUL_ADD, granularity="graph"))
     x, y = torch.randn(4, 8), torch.randn(4, 8)
     with pytest.warns(torchmux.TorchmuxFallbackWarning, match="whole graphs only, and does not claim aten.sum.dim_IntList"):
         out = torchmux.compile(f_mul_add_sum, backend="whole_only")(x, y)
@@ -133,16 +145,16 @@ def test_whole_graph_granularity_refuses_a_graph_with_an_unclaimed_op():
     assert whole.compiled == []
 
 
-def test_op_granularity_compiles_each_claimed_op_on_its_own():
-    per_op = _use(_Recording("per_op", granularity="ops"))
+def test_op_granularity_compiles_each_claimed_op_on_its_own(use):
+    per_op = use(_Recording("per_op", granularity="ops"))
     x, y = torch.randn(4, 8), torch.randn(4, 8)
     torch.testing.assert_close(torchmux.compile(f_mul_add_sum, backend="per_op")(x, y), f_mul_add_sum(x, y))
     assert per_op.compiled and all(len(ops) == 1 for ops in per_op.compiled)
     assert len(per_op.compiled) == 3  # mul, add, sum: three one-op regions
 
 
-def test_regions_smaller_than_min_region_ops_run_eagerly():
-    picky = _use(_Recording("picky", ops=MUL_ADD, min_region_ops=3))
+def test_regions_smaller_than_min_region_ops_run_eagerly(use):
+    picky = use(_Recording("picky", ops=MUL_ADD, min_region_ops=3))
     x, y = torch.randn(4, 8), torch.randn(4, 8)
     with pytest.warns(torchmux.TorchmuxFallbackWarning, match=r"claims no region of 3\+ ops that move data"):
         out = torchmux.compile(f_mul_add_sum, backend="picky")(x, y)
@@ -152,9 +164,9 @@ def test_regions_smaller_than_min_region_ops_run_eagerly():
 
 # ---- cost estimates, kernel_count, explain ------------------------------------------------------
 
-def test_auto_skips_a_candidate_whose_estimate_is_far_worse_without_compiling_it():
-    hopeless = _use(_Recording("hopeless", estimate_seconds=lambda request: 1.0))
-    hopeful = _use(_Recording("hopeful", estimate_seconds=lambda request: 1e-5))
+def test_auto_skips_a_candidate_whose_estimate_is_far_worse_without_compiling_it(use):
+    hopeless = use(_Recording("hopeless", estimate_seconds=lambda request: 1.0))
+    hopeful = use(_Recording("hopeful", estimate_seconds=lambda request: 1e-5))
     x, y = torch.randn(4, 8), torch.randn(4, 8)
     report = torchmux.explain(f_mul_add_sum, x, y, backend=["hopeless", "hopeful", "eager"])
     assert hopeless.compiled == [] and hopeful.compiled
@@ -162,8 +174,8 @@ def test_auto_skips_a_candidate_whose_estimate_is_far_worse_without_compiling_it
                for m in report.graphs[0].measurements), report.graphs[0].measurements
 
 
-def test_explain_names_the_ops_left_to_eager_and_reports_kernel_count():
-    _use(_Recording("mul_add_only", ops=MUL_ADD))
+def test_explain_names_the_ops_left_to_eager_and_reports_kernel_count(use):
+    use(_Recording("mul_add_only", ops=MUL_ADD))
     x, y = torch.randn(4, 8), torch.randn(4, 8)
     report = torchmux.explain(lambda a, b: (a * b + 1).sum(-1) * 2 + (a * b + 1).amax(-1), x, y, backend="mul_add_only")
     placement = report.graphs[0].placements[0]
@@ -183,8 +195,8 @@ def test_kernel_count_is_read_only_when_it_is_a_count():
 
 # ---- registration -------------------------------------------------------------------------------
 
-def test_register_plugin_takes_a_backend_and_refuses_an_object_without_hooks():
-    _use(_Recording("bare_backend"))
+def test_register_plugin_takes_a_backend_and_refuses_an_object_without_hooks(use):
+    use(_Recording("bare_backend"))
     assert "bare_backend" in get_registry().names
     with pytest.raises(torchmux.PluginError, match="has no torchmux_\\* hook"):
         torchmux.register_plugin(object())
