@@ -108,7 +108,7 @@ def graph_report(g: CapturedGraph) -> GraphReport:
         for d in runner.placements():
             p = d.chosen.placement
             ms = "" if d.chosen.seconds != d.chosen.seconds or d.chosen.seconds == float("inf") else f" {d.chosen.seconds * 1e3:.3f} ms"
-            split = f", {p.ops_eager} ops eager" if p is not None and p.ops_eager else ""
+            split = f", {p.eager_summary}" if p is not None and p.ops_eager else ""
             placements.append(f"{runner.ir.phase}: {d.backend}{ms}{split}")
             measurements.append(f"graph {g.index} {runner.ir.phase}: " + " | ".join(m.summary for m in d.measurements))
             if p is not None and p.kernels is not None:
@@ -127,7 +127,8 @@ def compile_recorded(model: Any, backend: Any = "auto", mend: bool = True) -> tu
     recorder = Recorder()
     rewrites: Any = []
     if mend:
-        from ..frontends.mend import mend as mend_source, scoped
+        from ..frontends.mend import mend as mend_source
+        from ..frontends.mend import scoped
 
         model, rewrites = mend_source(model)
     compiled = torch.compile(model, backend=TorchmuxDynamoBackend(runner_factory(config), recorder), dynamic=False)

@@ -13,18 +13,20 @@ import sys
 import threading
 import time
 import warnings
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from ..core import settings
+from ..core.compare import mismatch
 from ..core.config import CompileConfig
 from ..core.errors import TorchmuxFallbackWarning
 from ..core.ir import GraphIR
 from ..core.registry import get_registry
 from . import decisions as cache
 from . import distributed, progress
-from ..core.compare import mismatch
+
 from .placement import build_placement
 from .split import Plan, build_split, try_split
 from .tuner import Decision, Measurement, choose, measure

@@ -118,13 +118,13 @@ def resolve_systems(spec: str, device: str) -> tuple[list[str], dict[str, str]]:
                 continue
             if name not in (EAGER, INDUCTOR, AUTO) and not name.startswith("torchmux:"):
                 name = f"torchmux:{name}"
-            backend = name.split(":", 1)[1] if name.startswith("torchmux:") else None
-            if backend is not None and backend != "auto" and backend not in runnable:
+            chosen = name.split(":", 1)[1] if name.startswith("torchmux:") else None
+            if chosen is not None and chosen != "auto" and chosen not in runnable:
                 raise BenchArgumentError(
                     f"--systems: {item!r} is not a system; choose from eager, inductor, auto, "
                     + ", ".join(f"torchmux:{n}" for n in registry.names) + " (or 'default')")
-            if backend in runnable and runnable[backend]:
-                skipped[name] = runnable[backend]
+            if chosen in runnable and runnable[chosen]:
+                skipped[name] = runnable[chosen]
             else:
                 wanted.append(name)
         wanted = [EAGER] + [s for s in wanted if s != EAGER]
@@ -348,9 +348,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for s, why in skipped.items():
         print(f"torchmux bench: leaving out {s}: {why}", file=sys.stderr)
-    from .report import format_report, write_chart
-
     import shlex
+
+    from .report import format_report, write_chart
 
     report = run_bench(args, models, systems, skipped, "torchmux bench " + shlex.join(argv))
     chart = write_chart(report, args.out / "bench.png")

@@ -7,12 +7,13 @@ change the environment at run time. Defining the same name twice is an error at 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Generic, TypeVar
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
-_DEFINED: dict[str, "Setting"] = {}
+_DEFINED: dict[str, Setting] = {}
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,8 @@ DISABLE_PLUGIN_AUTOLOAD = _define(
     "When set, third-party plugins are not loaded from the 'torchmux.backends' entry-point group; "
     "torchmux's own built-in backends still load, and TORCHMUX_PLUGINS can name plugin modules to load.",
 )
-PLUGINS = _define(
-    "TORCHMUX_PLUGINS", (), lambda raw: tuple(p.strip() for p in raw.split(",") if p.strip()),
+PLUGINS: Setting[tuple[str, ...]] = _define(
+    "TORCHMUX_PLUGINS", tuple[str, ...](), lambda raw: tuple(p.strip() for p in raw.split(",") if p.strip()),
     "Comma-separated module names to register as plugins in addition to (or, with autoload off, "
     "instead of) the entry points.",
 )

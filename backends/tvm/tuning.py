@@ -20,8 +20,9 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 import torch
 import tvm
@@ -325,8 +326,8 @@ def _fast_frame_introspection() -> Iterator[None]:
     def stack(context: int = 1) -> list:
         return outer(sys._getframe(1), context)
 
-    inspect.stack, inspect.getouterframes = stack, outer  # type: ignore[assignment]
+    inspect.stack, inspect.getouterframes = stack, outer
     try:
         yield
     finally:
-        inspect.stack, inspect.getouterframes = orig_stack, orig_outer  # type: ignore[assignment]
+        inspect.stack, inspect.getouterframes = orig_stack, orig_outer

@@ -20,13 +20,14 @@ import io
 import logging
 import os
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
-from torchmux.frontends import mend as mend_module
 from torchmux.api.explain import compile_recorded, report
+from torchmux.frontends import mend as mend_module
 
 MODES = ("torchmux", "torchmux-nomend", "rewrites-only", "switches-only", "dynamo")
 CORPUS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs.py")
