@@ -313,6 +313,24 @@ def loop(note: int, test_fn: Callable[..., Any], body_fn: Callable[..., tuple[An
     return tuple(carried)
 
 
+def repeat(note: int, n: Any, body_fn: Callable[..., tuple[Any, ...]], carried: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``for _ in range(n)`` with ``n`` from tensor data: ``torch.while_loop`` with a counter when Dynamo
+    traces, ``n`` is an integer and every carried value is a tensor that needs no gradient; the Python
+    loop otherwise."""
+    while_loop = getattr(torch, "_higher_order_ops", None) and getattr(torch._higher_order_ops, "while_loop", None)
+    if (COND and while_loop is not None and torch.compiler.is_compiling() and isinstance(n, int)
+            and all(isinstance(c, torch.Tensor) and not (torch.is_grad_enabled() and c.requires_grad) for c in carried)):
+        comptime(lambda ctx: _count_cond())
+        fired(note)
+        stop = torch.scalar_tensor(n, dtype=torch.int64)
+        start = torch.zeros((), dtype=torch.int64)
+        out = while_loop(lambda i, *c: i < stop, lambda i, *c: (i + 1, *fresh(body_fn(*c))), (start, *carried))
+        return tuple(out[1:])
+    for _ in range(n):
+        carried = body_fn(*carried)
+    return tuple(carried)
+
+
 def fresh(outs: tuple[Any, ...]) -> tuple[Any, ...]:
     """Copies of a branch's outputs: torch.cond refuses a branch output that aliases its input."""
     return tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in outs)

@@ -57,6 +57,8 @@ def rewrite(fdef: ast.FunctionDef, ctx: Context) -> int:
     for n in loaded_names(fdef):
         loads[n.id] = loads.get(n.id, 0) + 1
     block = _Block(ctx, loads)
+    block.from_data = {t.id for st in ast.walk(fdef) if isinstance(st, ast.Assign) and _reads_item(st.value)
+                       for t in st.targets if isinstance(t, ast.Name)}
     block.converted = _item_for_logging(fdef, ctx, block)
     fdef.body = block.stmts(fdef.body, set(params), top=True)
     return len(ctx.notes)
@@ -114,6 +116,7 @@ class _Block:
         self.converted: dict[str, str] = {}
         self.unused_items: dict[int, bool] = {}
         self.item_notes: dict[int, int] = {}
+        self.from_data: set[str] = set()  # names assigned from an expression that reads .item()
 
     def stmts(self, body: list[ast.stmt], defined: set[str], top: bool = False) -> list[ast.stmt]:
         out: list[ast.stmt] = []
@@ -155,6 +158,10 @@ class _Block:
             s.body = self.stmts(s.body, set(defined))
             s.orelse = self.stmts(s.orelse, set(defined))
             return [s]
+        if isinstance(s, ast.For):
+            new = self.range_convert(s, defined)
+            if new is not None:
+                return new
         if isinstance(s, (ast.For, ast.AsyncFor)):
             s.body = self.stmts(s.body, set(defined) | names_stored([ast.Assign([s.target], ast.Constant(0))]))
             s.orelse = self.stmts(s.orelse, set(defined))
@@ -351,15 +358,11 @@ class _Block:
 
     # --- rule 5: while on a tensor test ---------------------------------------------------------------
 
-    def while_convert(self, s: ast.While, defined: set[str]) -> list[ast.stmt] | None:
-        """``while <tensor test>:`` whose body only assigns side-effect-free values to names already bound
-        (or holds ifs that ``nested_ok`` lowers) becomes ``_mend_rt.loop``: ``torch.while_loop`` in the
-        graph, the same loop in Python where that cannot be."""
-        if s.orelse:
-            return None
-        pure = purity(exact_items(s.test), self.ctx, Purity())
+    def loop_body(self, body: list[ast.stmt], pure: Purity, defined: set[str]) -> list[str] | None:
+        """The names a loop body carries, if it only assigns side-effect-free values to names bound before
+        the loop (or holds ifs that ``nested_ok`` lowers) and draws no random numbers; else None."""
         bound = set(defined)
-        for st in s.body:
+        for st in body:
             if isinstance(st, ast.Pass):
                 continue
             if isinstance(st, ast.Assign) and len(st.targets) == 1 and _plain_target(st.targets[0]):
@@ -367,18 +370,54 @@ class _Block:
             elif not (isinstance(st, ast.If) and self.nested_ok(st, pure, bound)):
                 return None
             bound |= names_stored([st])
-        carried = sorted(names_stored(s.body))
+        carried = sorted(names_stored(body))
         if not pure.ok or pure.random or pure.modules or not carried or not set(carried) <= defined:
             return None  # self.<module> calls are not checked inside a loop body: left alone
-        k = self.ctx.counter + 1
-        note = self.ctx.note(s, "while on a tensor -> torch.while_loop")
-        self.ctx.counter = k
+        return carried
+
+    def body_fn(self, name: str, body: list[ast.stmt], carried: list[str], k: int) -> ast.FunctionDef:
         params = ast.arguments([], [ast.arg(n) for n in carried], None, [], [], None, [])
-        body, outs = self.branch(s.body, f"_mend_w{k}_", carried, (f"_mend_w{k}", 1))
+        stmts, outs = self.branch(body, f"_mend_l{k}_", carried, (f"_mend_l{k}", 1))
+        return ast.FunctionDef(name, params, stmts + [ast.Return(ast.Tuple([name_node(x) for x in outs], ast.Load()))],
+                               [], None, **_TYPE_PARAMS)
+
+    def range_convert(self, s: ast.For, defined: set[str]) -> list[ast.stmt] | None:
+        """``for i in range(n):`` with ``n`` read from tensor data (``.item()`` in its expression or in
+        the assignment of a name in it), ``i`` never read and a body as ``loop_body`` accepts becomes
+        ``_mend_rt.repeat``: ``torch.while_loop`` with a counter."""
+        it = s.iter
+        if (s.orelse or not isinstance(s.target, ast.Name) or self.loads.get(s.target.id, 0)
+                or not isinstance(it, ast.Call) or self.ctx.resolve(it.func) is not range
+                or len(it.args) != 1 or it.keywords or isinstance(it.args[0], ast.Starred)):
+            return None
+        n = it.args[0]
+        if not (_reads_item(n) or any(isinstance(x, ast.Name) and x.id in self.from_data for x in ast.walk(n))):
+            return None  # a trip count known in Python: Dynamo unrolls the loop, as it should
+        carried = self.loop_body(s.body, Purity(), defined)
+        if carried is None:
+            return None
+        k = self.ctx.counter = self.ctx.counter + 1
+        note = self.ctx.note(s, "for over range(<tensor data>) -> torch.while_loop")
+        fn = self.body_fn(f"_mend_rbody{k}", s.body, carried, k)
+        run = ast.Assign([ast.Tuple([name_node(x, True) for x in carried], ast.Store())],
+                         rt_call("repeat", ast.Constant(note), it.args[0], name_node(fn.name),
+                                 ast.Tuple([name_node(x) for x in carried], ast.Load())))
+        return located([fn, run], s)
+
+    def while_convert(self, s: ast.While, defined: set[str]) -> list[ast.stmt] | None:
+        """``while <tensor test>:`` whose body only assigns side-effect-free values to names already bound
+        (or holds ifs that ``nested_ok`` lowers) becomes ``_mend_rt.loop``: ``torch.while_loop`` in the
+        graph, the same loop in Python where that cannot be."""
+        if s.orelse:
+            return None
+        carried = self.loop_body(s.body, purity(exact_items(s.test), self.ctx, Purity()), defined)
+        if carried is None:
+            return None
+        k = self.ctx.counter = self.ctx.counter + 1
+        note = self.ctx.note(s, "while on a tensor -> torch.while_loop")
+        params = ast.arguments([], [ast.arg(n) for n in carried], None, [], [], None, [])
         test_fn = ast.FunctionDef(f"_mend_wtest{k}", params, [ast.Return(exact_items(s.test))], [], None, **_TYPE_PARAMS)
-        body_fn = ast.FunctionDef(f"_mend_wbody{k}", copy.deepcopy(params),
-                                  body + [ast.Return(ast.Tuple([name_node(x) for x in outs], ast.Load()))], [], None,
-                                  **_TYPE_PARAMS)
+        body_fn = self.body_fn(f"_mend_wbody{k}", s.body, carried, k)
         run = ast.Assign([ast.Tuple([name_node(x, True) for x in carried], ast.Store())],
                          rt_call("loop", ast.Constant(note), name_node(test_fn.name), name_node(body_fn.name),
                                  ast.Tuple([name_node(x) for x in carried], ast.Load())))
@@ -414,6 +453,11 @@ class _Block:
                 assert new is not None
                 out.append(new)
         return out, [renames.get(x, x) for x in outputs]
+
+
+def _reads_item(e: ast.AST) -> bool:
+    return any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr in ("item", "tolist")
+               for c in ast.walk(e))
 
 
 def _fired(note: int, at: ast.AST) -> ast.stmt:

@@ -420,6 +420,32 @@ def test_while_on_a_tensor_test_is_one_graph_for_any_trip_count() -> None:
             torch.testing.assert_close(got, want)
 
 
+def repeat_by_data(x):
+    n = int(x.abs().sum().item()) % 4
+    for _ in range(n):
+        x = x * 0.5 + 1
+    return x
+
+
+def test_range_of_tensor_data_is_one_graph_for_every_count() -> None:
+    report = explain(repeat_by_data, torch.ones(4))
+    assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
+    assert any("range(<tensor data>) -> torch.while_loop" in r for r in report.rewrites), report.rewrites
+    fast = compiled(repeat_by_data)
+    for total in (4.0, 5.0, 6.0, 7.0):  # n = 0, 1, 2, 3
+        x = torch.full((4,), total / 4)
+        torch.testing.assert_close(fast(x), repeat_by_data(x))
+
+
+def test_range_of_a_python_count_is_left_to_dynamo() -> None:
+    def f(x, k: int):
+        for _ in range(k):
+            x = x + 1
+        return x
+
+    assert not any("while_loop" in r for r in explain(f, torch.ones(2), 3).rewrites)
+
+
 def test_while_loops_that_cannot_be_graphs_run_as_python() -> None:
     def unbound_before(x):
         while x.sum() > 1:
