@@ -26,6 +26,7 @@ from typing import Any, Iterator
 import torch
 
 from torchmux.frontends import mend as mend_module
+from torchmux.frontends.mend import switches as switches_module
 from torchmux.frontends.explain import compile_recorded, report
 
 MODES = ("torchmux", "torchmux-nomend", "rewrites-only", "switches-only", "dynamo")
@@ -123,12 +124,12 @@ def _tensors(out: Any) -> list[torch.Tensor]:
 def _half(mode: str) -> Iterator[None]:
     """Turn off one half of the mend pass (measurement only)."""
     if mode == "rewrites-only":
-        saved = mend_module.switches
-        mend_module.switches = contextlib.nullcontext  # type: ignore[assignment]
+        saved = switches_module.switches
+        switches_module.switches = contextlib.nullcontext  # type: ignore[assignment]
         try:
             yield
         finally:
-            mend_module.switches = saved
+            switches_module.switches = saved
     elif mode == "switches-only":
         saved_mend = mend_module.mend
         mend_module.mend = lambda model: (model, [])  # type: ignore[assignment]

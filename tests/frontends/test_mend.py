@@ -263,7 +263,7 @@ def test_edited_source_file_means_no_change(tmp_path, monkeypatch) -> None:
 
 def test_torch_cond_refusal_falls_back_to_python(monkeypatch) -> None:
     """Branches torch.cond cannot join (float32 vs float64): the if runs in Python, same answer."""
-    from torchmux.frontends import _mend_runtime
+    from torchmux.frontends.mend import runtime as _mend_runtime
 
     monkeypatch.setattr(_mend_runtime, "COND", True)  # the fallback turns it off for the process
 

@@ -1,4 +1,4 @@
-"""What mended code calls at run time (the rewrites in :mod:`torchmux.frontends.rewrites` emit calls to these).
+"""What mended code calls at run time (the rule modules emit calls to these, through ``_mend_rt``).
 
 Everything here is plain Python that Dynamo inlines; each test below is decided while Dynamo traces
 (types, shapes, dtypes, grad mode, module types), so it costs nothing in the graph.

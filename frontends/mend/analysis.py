@@ -5,7 +5,7 @@
   modules and classes so that no user property runs.
 - :func:`purity`: whether evaluating an expression can have an effect besides its value. Calls are
   pure when they are torch functions or Tensor methods that change nothing in place; ``self.<m>(...)``
-  calls are recorded and checked at run time (``_mend_runtime.pure_module``). Two further flags say
+  calls are recorded and checked at run time (``runtime.pure_module``). Two further flags say
   when an expression must not run speculatively (both branches of an if): it draws random numbers
   (``random``) or can raise on some data (``may_fail``: indexing, gather, linalg).
 """
@@ -15,15 +15,17 @@ from __future__ import annotations
 import ast
 import builtins
 import copy
+import sys
 import types
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from . import _mend_runtime as rt
+from . import runtime as rt
 
 RT = "_mend_rt"  # the free variable through which mended code reaches the runtime helpers
+TYPE_PARAMS: dict[str, Any] = {"type_params": []} if sys.version_info >= (3, 12) else {}  # for new FunctionDefs
 
 #: functions that draw random numbers (by name, under torch, torch.nn.functional, Tensor)
 RANDOM = {
@@ -263,5 +265,16 @@ def exact_items(test: ast.expr) -> ast.expr:
 def guard_test(p: str, pure: Purity) -> ast.expr:
     tests: list[ast.expr] = [rt_call("pred", name_node(p))] + [rt_call("pure_module", copy.deepcopy(m)) for m in pure.modules]
     return tests[0] if len(tests) == 1 else ast.BoolOp(ast.And(), tests)
+
+
+def fired_stmt(note: int, at: ast.AST) -> ast.stmt:
+    return located(ast.Expr(rt_call("fired", ast.Constant(note))), at)
+
+
+
+def plain_target(t: ast.expr) -> bool:
+    if isinstance(t, ast.Name):
+        return True
+    return isinstance(t, (ast.Tuple, ast.List)) and all(isinstance(e, ast.Name) for e in t.elts)
 
 
