@@ -152,6 +152,10 @@ def purity(node: ast.AST, ctx: Context, p: Purity | None = None) -> Purity:
         return p
     if isinstance(node, (ast.Constant, ast.Name)):
         return p
+    if isinstance(node, ast.Call) and rt_name(node) in LAZY_RT:  # our own thunks: their bodies are what runs
+        for x in node.args:
+            purity(x.body if isinstance(x, ast.Lambda) else x, ctx, p)
+        return p
     if isinstance(node, (ast.Lambda, ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom, ast.Starred,
                          ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
         return p.fail()
@@ -171,7 +175,17 @@ def purity(node: ast.AST, ctx: Context, p: Purity | None = None) -> Purity:
 
 
 #: runtime helpers the rewrites put into expressions that are then analysed like user code
-PURE_RT = {"exact", "not_"}
+PURE_RT = {"exact", "not_", "variable"}
+#: runtime helpers that take thunks (``lambda: <user expression>``): the thunks' bodies are analysed
+LAZY_RT = {"all_", "any_", "choose"}
+
+
+def rt_name(node: ast.Call) -> str | None:
+    """``"f"`` for a call ``_mend_rt.f(...)`` that a rewrite emitted, else None."""
+    f = node.func
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == RT:
+        return f.attr
+    return None
 
 
 def _call_purity(node: ast.Call, ctx: Context, p: Purity) -> Purity:
@@ -221,7 +235,9 @@ def maybe_tensor_test(test: ast.expr, ctx: Context) -> bool:
     """False for tests that are plainly Python values (shapes, None checks, flags): they are left alone."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         test = test.operand
-    if isinstance(test, (ast.Name, ast.Attribute, ast.Constant, ast.BoolOp)):
+    if isinstance(test, ast.BoolOp):
+        return boolop_ok(test, ctx)
+    if isinstance(test, (ast.Name, ast.Attribute, ast.Constant)):
         return False
     for n in ast.walk(test):
         if isinstance(n, ast.Attribute) and n.attr in ("shape", "ndim", "training", "dtype", "device", "is_cuda"):
@@ -234,6 +250,19 @@ def maybe_tensor_test(test: ast.expr, ctx: Context) -> bool:
         if isinstance(n, ast.Compare) and any(isinstance(o, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for o in n.ops):
             return False
     return any(isinstance(n, (ast.Call, ast.Compare, ast.Subscript)) for n in ast.walk(test))
+
+
+def boolop_ok(test: ast.BoolOp, ctx: Context) -> bool:
+    """Whether ``a and b`` / ``a or b`` in a test can be a tensor test (``runtime.all_`` / ``any_``): some
+    operand is a tensor test, and every operand after the first such one may run although Python would
+    have stopped before it (side-effect free, draws no random numbers, cannot raise on some data)."""
+    first = next((i for i, v in enumerate(test.values) if maybe_tensor_test(v, ctx)), None)
+    if first is None:
+        return False
+    later = Purity()
+    for v in test.values[first + 1:]:
+        purity(exact_items(v), ctx, later)
+    return later.ok and not (later.random or later.may_fail or later.modules)
 
 
 def exact_items(test: ast.expr) -> ast.expr:
@@ -255,6 +284,9 @@ def exact_items(test: ast.expr) -> ast.expr:
         return e
 
     test = copy.deepcopy(test)
+    if isinstance(test, ast.BoolOp):  # `a and b`: each operand a thunk, so Python's short circuit still holds
+        thunks = [ast.Lambda(ast.arguments([], [], None, [], [], None, []), exact_items(v)) for v in test.values]
+        return ast.copy_location(rt_call("all_" if isinstance(test.op, ast.And) else "any_", *thunks), test)
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):  # `not t` would ask Python for bool(t)
         return ast.copy_location(rt_call("not_", exact_items(test.operand)), test)
     if isinstance(test, ast.Compare):

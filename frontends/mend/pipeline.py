@@ -11,12 +11,14 @@ Pipeline (``mend(model)``, run by ``torchmux.compile`` and ``torchmux.explain`` 
    ``__names`` or frame introspection, do nothing. The source must be what the code was compiled from.
 2. **Rewrite the AST** (:mod:`.statements` walks the body and hands each statement to its rule):
 
+   - :mod:`.legacy`: ``Variable(t)`` -> ``t.detach()``;
+   - :mod:`.expressions`: ``a if <tensor> else b`` -> ``torch.where`` / ``torch.cond``;
    - :mod:`.effects`: ``print`` / ``warnings.warn`` / logging statements are replayed after the graph
      with the user's text, file and line;
    - :mod:`.items`: ``m = t.item()`` / ``.tolist()`` where ``m`` is only logged keeps ``m`` a tensor;
    - :mod:`.checks`: ``if <tensor>: raise`` and ``assert <tensor>`` are checked after the graph;
    - :mod:`.branches`: tensor ``if``/``elif``/``else`` and early returns -> ``torch.where`` /
-     ``torch.cond``;
+     ``torch.cond`` (``and``/``or`` of tensor tests included, with Python's short circuit);
    - :mod:`.loops`: ``while <tensor>`` and ``for _ in range(<tensor data>)`` -> ``torch.while_loop``.
 
    :mod:`.analysis` holds what the rules share (name resolution, purity, AST helpers). Every rewrite

@@ -335,3 +335,76 @@ def fresh(outs: tuple[Any, ...]) -> tuple[Any, ...]:
     """Copies of a branch's outputs: torch.cond refuses a branch output that aliases its input."""
     return tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in outs)
 
+
+
+# --- tensor tests inside expressions (``expressions``, ``analysis.exact_items``) ----------------------
+
+
+def all_(*operands: Callable[[], Any]) -> Any:
+    """``a and b and ...`` as a test. Python's short circuit while the operands are Python values; once
+    one is a one-element tensor, the later ones run too (the rewrite checked they may) and the answer
+    is a 0-d bool tensor. A later tensor of more elements makes Python decide first, as it would."""
+    acc = None  # the tensor part of the answer so far
+    for thunk in operands:
+        v = thunk()
+        if pred(v):
+            acc = as_bool(v) if acc is None else acc & as_bool(v)
+        elif acc is not None and isinstance(v, torch.Tensor):
+            if not acc:
+                return False
+            acc = None
+            if not v:
+                return False
+        elif acc is not None:
+            acc = acc & bool(v)
+        elif not v:
+            return False
+    return True if acc is None else acc
+
+
+def any_(*operands: Callable[[], Any]) -> Any:
+    """``a or b or ...`` as a test; see :func:`all_`."""
+    acc = None
+    for thunk in operands:
+        v = thunk()
+        if pred(v):
+            acc = as_bool(v) if acc is None else acc | as_bool(v)
+        elif acc is not None and isinstance(v, torch.Tensor):
+            if acc:
+                return True
+            acc = None
+            if v:
+                return True
+        elif acc is not None:
+            acc = acc | bool(v)
+        elif v:
+            return True
+    return False if acc is None else acc
+
+
+def choose(note: int, p: Any, a: Callable[[], Any], b: Callable[[], Any]) -> Any:
+    """``a if p else b`` with ``p`` a tensor test: both sides run and ``torch.where`` picks (they merge),
+    or ``torch.cond`` (they need gradients); otherwise Python's conditional expression."""
+    if not pred(p):
+        return a() if p else b()
+    x, y = a(), b()
+    if mergeable(p, x, y):
+        fired(note)
+        return merge(p, x, y)
+    if COND and torch.compiler.is_compiling() and cond_ok(p, (x,), (y,)):
+        fired(note)
+        return cond(p, lambda: (x,), lambda: (y,))[0]
+    return x if p else y
+
+
+# --- legacy autograd (``legacy``) --------------------------------------------------------------------
+
+
+def variable(note: int, data: Any) -> Any:
+    """``Variable(t)`` / ``Variable(t, requires_grad=False)``: ``t.detach()`` when Dynamo traces (what the
+    legacy constructor gives: a tensor sharing ``t``'s data, needing no gradient); the constructor itself
+    otherwise."""
+    if isinstance(data, torch.Tensor) and torch.compiler.is_compiling():
+        fired(note)
+        return data.detach()
+    return torch.autograd.Variable(data)

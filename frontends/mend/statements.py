@@ -17,7 +17,9 @@ from .analysis import Context, fired_stmt, loaded_names, located, maybe_tensor_t
 from .branches import BranchRules
 from .checks import CheckRules
 from .effects import defer
+from .expressions import conditional_expressions
 from .items import item_for_logging, reads_item
+from .legacy import legacy_variables
 from .loops import LoopRules
 
 
@@ -33,6 +35,8 @@ def rewrite(fdef: ast.FunctionDef, ctx: Context) -> int:
     block = Block(ctx, loads)
     block.from_data = {t.id for st in ast.walk(fdef) if isinstance(st, ast.Assign) and reads_item(st.value)
                        for t in st.targets if isinstance(t, ast.Name)}
+    legacy_variables(fdef, ctx)
+    conditional_expressions(fdef, ctx)
     block.converted = item_for_logging(fdef, ctx, block)
     fdef.body = block.stmts(fdef.body, set(params), top=True)
     return len(ctx.notes)

@@ -19,6 +19,7 @@ from contextlib import redirect_stdout
 import pytest
 import torch
 import torch.nn as nn
+from torch.autograd import Variable
 
 import torchmux
 from torchmux.frontends.mend import mend, source_of
@@ -638,3 +639,74 @@ def test_breaks_after_breaks_keep_their_lines() -> None:
         report = explain(g, torch.full((4,), 3.0))
     assert {r.lineno - first for r in report.break_reasons} == {1, 7}, [str(r) for r in report.break_reasons]
     assert all(r.line.strip() for r in report.break_reasons)
+
+
+# --- tensor tests inside expressions, and/or, legacy Variable -----------------------------------------
+
+
+def halve_or_double(x):
+    y = x * 2 if x.sum() > 0 else x / 2
+    return y + 1
+
+
+def gated_by_optional_mask(x, mask=None):
+    if mask is not None and mask.sum() > 2:  # `mask.sum()` must not run when mask is None
+        x = x * 0
+    return x + 1
+
+
+def either_bound(x):
+    if x.max() > 3 or x.min() < -3:
+        x = x.clamp(-3, 3)
+    return x
+
+
+def per_row(x):
+    return torch.stack([r * 2 if r.sum() > 0 else -r for r in x])
+
+
+@pytest.mark.parametrize("fn", [halve_or_double, either_bound, per_row], ids=lambda f: f.__name__)
+def test_tensor_tests_inside_expressions_are_one_graph(fn) -> None:
+    report = explain(fn, torch.randn(3, 4))
+    assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
+    fast = compiled(fn)
+    for x in (torch.full((3, 4), 2.0), torch.full((3, 4), -2.0), torch.randn(3, 4) * 5, torch.randn(3, 4)):
+        torch.testing.assert_close(fast(x), fn(x))
+
+
+def test_and_keeps_pythons_short_circuit_on_none() -> None:
+    report = explain(gated_by_optional_mask, torch.ones(4), torch.ones(4))
+    assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
+    fast = compiled(gated_by_optional_mask)
+    torch.testing.assert_close(fast(torch.ones(4)), torch.full((4,), 2.0))  # mask None: the tensor test never runs
+    torch.testing.assert_close(fast(torch.ones(4), torch.ones(4)), torch.ones(4))
+    torch.testing.assert_close(fast(torch.ones(4), torch.zeros(4)), torch.full((4,), 2.0))
+
+
+def test_a_conditional_expression_with_side_effects_is_left_alone() -> None:
+    def f(x, seen):
+        y = seen.append(1) if x.sum() > 0 else x  # noqa: F841 - appending must not happen speculatively
+        return x
+
+    assert not any("conditional expression" in r for r in mend(f)[1].applied)
+
+
+def test_legacy_variable_stays_in_the_graph() -> None:
+    def f(x):
+        h = Variable(torch.zeros(x.shape[0], 4), requires_grad=False)
+        return x + Variable(h)
+
+    report = explain(f, torch.ones(2, 4))
+    assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
+    assert sum("Variable(t) -> t.detach()" in r for r in report.rewrites) == 2
+    x = torch.randn(2, 4, requires_grad=True)
+    got = compiled(f)(x)
+    torch.testing.assert_close(got, f(x))
+    assert got.requires_grad  # x's gradient still flows; only the wrapped zeros are detached
+
+
+def test_variable_that_needs_grad_is_left_as_written() -> None:
+    def f(x):
+        return Variable(x, requires_grad=True)
+
+    assert mend(f)[1].applied == []
