@@ -63,6 +63,7 @@ class Context:
     locals: set[str] = field(default_factory=set)  # names bound anywhere in the function
     notes: list[int] = field(default_factory=list)  # keys of _mend_rt.NOTES
     counter: int = 0
+    module_names: set[str] = field(default_factory=set)  # local names a rule vouches are modules it checks
 
     def fresh(self, stem: str) -> str:
         self.counter += 1
@@ -202,6 +203,9 @@ def _call_purity(node: ast.Call, ctx: Context, p: Purity) -> Purity:
             return p.fail()
         p.random |= name in RANDOM
         p.may_fail |= name in MAY_FAIL
+        return p
+    if isinstance(f, ast.Name) and f.id in ctx.module_names:  # a loop over layers calling each: checked at run time
+        p.modules.append(f)
         return p
     if not isinstance(f, ast.Attribute):
         return p.fail()

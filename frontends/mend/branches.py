@@ -67,7 +67,7 @@ class BranchRules:
                     outputs.append(n)
                 elif self.loads.get(n, 0) > inside.get(n, 0):
                     return None  # bound on one side only and read later: the rewrite could not keep it unbound
-            if not outputs:
+            if not outputs and not (logs and speculate):
                 return None
         p = self.ctx.fresh("p")
         k = self.ctx.counter
@@ -91,7 +91,9 @@ class BranchRules:
             use_cond = [fired_stmt(self.ctx.note(s, f"{early_txt}if on a tensor -> torch.cond"), s),
                         assign(rt_call("cond", name_node(p), name_node(f"_mend_tfn{k}"), name_node(f"_mend_ffn{k}")))]
         select = [assign(ast.IfExp(name_node(p), copy.deepcopy(tt), copy.deepcopy(ff)))]
-        if not speculate:
+        if not outputs:  # the branches only log: each log is deferred with the test, which picks after the graph
+            fast = t_body + f_body + [fired_stmt(self.ctx.note(s, "if on a tensor around logs -> logs deferred with the test"), s)]
+        elif not speculate:
             fast = fns + use_cond
         else:
             fallback = ast.If(rt_call("cond_ok", name_node(p), copy.deepcopy(tt), copy.deepcopy(ff)), fns + use_cond, select) \

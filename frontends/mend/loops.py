@@ -3,7 +3,11 @@
 - ``while <tensor test>:`` (:meth:`LoopRules.while_convert`) becomes ``runtime.loop``;
 - ``for _ in range(n)`` with ``n`` read from tensor data (``.item()``/``.tolist()`` in its expression, or
   in the assignment of a name in it) and the loop variable never read (:meth:`LoopRules.range_convert`)
-  becomes ``runtime.repeat``, a ``while_loop`` with a counter.
+  becomes ``runtime.repeat``, a ``while_loop`` with a counter;
+- ``for layer in self.layers: x = layer(x); if <tensor test>: break`` (:meth:`LoopRules.break_convert`)
+  keeps iterating with the values frozen once the test was true (``runtime.until``: a running "stopped"
+  flag and ``torch.where``), so the whole loop is one graph; it needs every layer to be a side-effect
+  free module (checked at run time, ``runtime.maskable``) and values that merge (no gradients).
 
 The body must only assign side-effect-free values to names bound before the loop (ifs inside are
 lowered as in :mod:`.branches`). At run time the loop is ``torch.while_loop`` when every carried value
@@ -14,8 +18,10 @@ Dynamo, which unrolls it.
 from __future__ import annotations
 
 import ast
+import copy
 
-from .analysis import TYPE_PARAMS, Context, Purity, exact_items, located, name_node, names_stored, plain_target, purity, rt_call
+from .analysis import (TYPE_PARAMS, Context, Purity, exact_items, loaded_names, located, maybe_tensor_test, name_node,
+                       names_stored, plain_target, purity, rt_call)
 from .items import reads_item
 
 
@@ -25,6 +31,61 @@ class LoopRules:
     ctx: Context
     loads: dict[str, int]
     from_data: set[str]
+
+    def break_convert(self, s: ast.For, defined: set[str]) -> list[ast.stmt] | None:
+        """``for t in <names>: <assignments>; if <tensor test>: break`` -> a masked loop (module docstring)."""
+        if s.orelse or not isinstance(s.target, ast.Name) or len(s.body) < 2:
+            return None
+        *body, last = s.body
+        if not (isinstance(last, ast.If) and not last.orelse and len(last.body) == 1 and isinstance(last.body[0], ast.Break)
+                and maybe_tensor_test(last.test, self.ctx)):
+            return None
+        it = s.iter
+        while isinstance(it, ast.Attribute):
+            it = it.value
+        if not isinstance(it, ast.Name):
+            return None  # the iterable is read twice (checked, then looped over): only names and attributes
+        target = s.target.id
+        inside: dict[str, int] = {}
+        for n in loaded_names(s):
+            inside[n.id] = inside.get(n.id, 0) + 1
+        pure = Purity()
+        self.ctx.module_names = {target}
+        try:
+            for st in body:
+                if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and plain_target(st.targets[0])):
+                    return None
+                purity(st.value, self.ctx, pure)
+            purity(exact_items(last.test), self.ctx, pure)
+        finally:
+            self.ctx.module_names = set()
+        stored = names_stored(body)
+        carried = sorted(stored & defined)
+        if not pure.ok or pure.random or pure.may_fail or not carried:
+            return None
+        if any(self.loads.get(n, 0) > inside.get(n, 0) for n in (stored - defined) | {target}):
+            return None  # a name of one iteration is read after the loop: its value would be the last one's
+        k = self.ctx.counter = self.ctx.counter + 1
+        note = self.ctx.note(s, "for with 'if <tensor>: break' -> masked loop (torch.where)")
+        flag, state = f"_mend_m{k}", f"_mend_s{k}"
+        test = f"_mend_bt{k}"
+        stmts, outs = self.branch(body + [ast.Assign([name_node(test, True)], exact_items(last.test))],
+                                  f"_mend_b{k}_", carried + [test], (f"_mend_b{k}", 1))
+        mods = [m for m in pure.modules if not (isinstance(m, ast.Name) and m.id == target)]
+        calls_target = any(isinstance(m, ast.Name) and m.id == target for m in pure.modules)
+        check = ast.Assign([name_node(flag, True)], rt_call("maskable", copy.deepcopy(s.iter), ast.Constant(calls_target),
+                                                             *[copy.deepcopy(m) for m in mods]))
+        step = ast.Assign([ast.Tuple([ast.Tuple([name_node(x, True) for x in carried], ast.Store()), name_node(state, True)],
+                                     ast.Store())],
+                          rt_call("until", ast.Constant(note), name_node(flag), name_node(state),
+                                  ast.Tuple([name_node(x) for x in carried], ast.Load()),
+                                  ast.Tuple([name_node(x) for x in outs[:-1]], ast.Load()), name_node(outs[-1])))
+        stop = ast.If(rt_call("stopped", name_node(state)), [ast.Break()], [])
+        loop = ast.For(s.target, s.iter, stmts + [step, stop], [], None)
+        original = copy.deepcopy(s)  # run as written when masking cannot apply: no break is added
+        original.body = self.stmts(original.body, set(defined) | {target})
+        return located([check, ast.If(name_node(flag), [ast.Assign([name_node(state, True)], ast.Constant(None)), loop],
+                                      [original])], s)
 
     def loop_body(self, body: list[ast.stmt], pure: Purity, defined: set[str]) -> list[str] | None:
         """The names a loop body carries, if it only assigns side-effect-free values to names bound before

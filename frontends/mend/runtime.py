@@ -197,10 +197,13 @@ _PURE_IN_EVAL = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaD
 
 
 def pure_module(m: Any) -> bool:
-    """True if calling ``m`` has no side effect (a built-in torch.nn module of a known kind)."""
+    """True if calling ``m`` has no side effect (a built-in torch.nn module of a known kind, or a
+    Sequential of such)."""
     kind = type(m)
     if kind in _PURE_MODULES:
         return True
+    if kind is nn.Sequential:
+        return _all_pure(m)
     return kind in _PURE_IN_EVAL and not m.training
 
 
@@ -408,3 +411,50 @@ def variable(note: int, data: Any) -> Any:
         fired(note)
         return data.detach()
     return torch.autograd.Variable(data)
+
+
+# --- a for loop with ``if <tensor>: break`` (``loops.break_convert``) ----------------------------------
+
+
+def maskable(iterable: Any, calls_items: bool, *modules: Any) -> bool:
+    """Whether the loop may keep running after its break test was true (values frozen): every module its
+    body calls is side-effect free, the items of ``iterable`` too when the body calls them."""
+    if not _all_pure(modules):
+        return False
+    if not calls_items:
+        return True
+    return isinstance(iterable, (nn.ModuleList, nn.Sequential, list, tuple)) and _all_pure(iterable)
+
+
+def _all_pure(modules: Any) -> bool:
+    # a loop, not all(<generator>): where Dynamo skipped the caller, it would try (and fail) to trace a generator
+    for m in modules:
+        if not pure_module(m):
+            return False
+    return True
+
+
+def until(note: int, masked_ok: bool, state: Any, old: tuple[Any, ...], new: tuple[Any, ...], test: Any) -> tuple[Any, Any]:
+    """One iteration of a masked loop: the carried values and the new state. State is None before the first
+    iteration, ``(stopped,)`` (a 0-d bool tensor) while masking, else the test itself (Python decides)."""
+    if masked_ok and pred(test):
+        if state is None and _selectable(test, old, new):
+            fired(note)
+            return new, (as_bool(test),)
+        if isinstance(state, tuple) and _selectable(state[0], old, new):
+            fired(note)
+            kept = merge(state[0], old, new) if mergeable(state[0], old, new) else cond(state[0], lambda: old, lambda: new)
+            return tuple(kept), (state[0] | as_bool(test),)
+    if isinstance(state, tuple) and state[0]:  # masking cannot go on: Python decides whether it had stopped
+        return old, True
+    return new, test
+
+
+def _selectable(p: Any, a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """``torch.where`` can pick between ``a`` and ``b``, or ``torch.cond`` can (values needing gradients)."""
+    return mergeable(p, a, b) or (COND and torch.compiler.is_compiling() and cond_ok(p, a, b))
+
+
+def stopped(state: Any) -> bool:
+    """Whether to ``break`` now: never while masking, else the test, as the user wrote it."""
+    return not isinstance(state, tuple) and bool(state)

@@ -95,6 +95,8 @@ class Block(CheckRules, BranchRules, LoopRules):
             return [s]
         if isinstance(s, ast.For):
             new = self.range_convert(s, defined)
+            if new is None:
+                new = self.break_convert(s, defined)
             if new is not None:
                 return new
         if isinstance(s, (ast.For, ast.AsyncFor)):

@@ -5,6 +5,9 @@
 - ``reorderable_logging_functions`` gains ``runtime.deferred``, so the deferred effects of
   :mod:`.effects` and :mod:`.checks` move after the graph instead of breaking it.
 
+``allow_rnn`` is left off: with it an ``nn.LSTM`` under autograd raised in AOTAutograd
+("tensors_saved_with_vc_check"), where Dynamo alone skips the frame and runs it.
+
 :func:`scoped` also retries a trace once when ``torch.cond`` refused a rewritten if/else.
 """
 

@@ -20,7 +20,7 @@ import warnings
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from harness import run  # noqa: E402
-from programs import PROGRAMS  # noqa: E402
+from catalog import ALL as PROGRAMS  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -710,3 +710,45 @@ def test_variable_that_needs_grad_is_left_as_written() -> None:
         return Variable(x, requires_grad=True)
 
     assert mend(f)[1].applied == []
+
+
+class StopEarly(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Sequential(nn.Linear(8, 8), nn.Tanh()) for _ in range(4)])
+
+    def forward(self, x, limit):
+        for layer in self.layers:
+            x = layer(x) * 3
+            if x.abs().sum() > limit:
+                break
+        return x
+
+
+def test_for_over_layers_with_a_tensor_break_is_one_graph_with_eagers_values_and_gradients() -> None:
+    torch.manual_seed(0)
+    model = StopEarly()
+    report = explain(model, torch.randn(2, 8), torch.tensor(1e9))
+    assert (report.graph_count, report.graph_break_count, report.not_captured) == (1, 0, []), str(report)
+    fast = compiled(model)
+    x = torch.randn(2, 8)
+    for limit in (0.0, 20.0, 35.0, 1e9):  # stops after the first layer, later, or never
+        want = model(x, torch.tensor(limit))
+        got = fast(x, torch.tensor(limit))
+        torch.testing.assert_close(got, want)
+        g_want = torch.autograd.grad(want.sum(), list(model.parameters()), allow_unused=True)
+        g_got = torch.autograd.grad(got.sum(), list(model.parameters()), allow_unused=True)
+        for a, b, w in zip(g_got, g_want, model.parameters()):
+            # layers after the break get zero gradients where eager leaves None (as torch.cond's branch not taken)
+            torch.testing.assert_close(a, b if b is not None else torch.zeros_like(w))
+
+
+def test_for_with_a_break_over_impure_layers_is_left_to_python() -> None:
+    model = StopEarly().train()
+    model.layers[1].append(nn.Dropout(0.5))  # would draw numbers after the loop stopped
+    fast = compiled(model)
+    x = torch.randn(2, 8)
+    torch.manual_seed(1)
+    want = model(x, torch.tensor(0.0))
+    torch.manual_seed(1)
+    torch.testing.assert_close(fast(x, torch.tensor(0.0)), want)
