@@ -139,6 +139,10 @@ class LoopRules:
         graph, the same loop in Python where that cannot be."""
         if s.orelse:
             return None
+        inside: dict[str, int] = {}  # reads inside the loop as written (before `i += 1` reads i below)
+        for n in loaded_names(s):
+            inside[n.id] = inside.get(n.id, 0) + 1
+        s.body = [_as_assign(st) for st in s.body]  # `i += 1` is `i = i + 1` for a name (ints, tensors: no in-place)
         carried = self.loop_body(s.body, purity(exact_items(s.test), self.ctx, Purity()), defined)
         if carried is None:
             return None
@@ -147,7 +151,18 @@ class LoopRules:
         params = ast.arguments([], [ast.arg(n) for n in carried], None, [], [], None, [])
         test_fn = ast.FunctionDef(f"_mend_wtest{k}", params, [ast.Return(exact_items(s.test))], [], None, **TYPE_PARAMS)
         body_fn = self.body_fn(f"_mend_wbody{k}", s.body, carried, k)
+        read_after = ast.Tuple([ast.Constant(self.loads.get(x, 0) > inside.get(x, 0)) for x in carried], ast.Load())
         run = ast.Assign([ast.Tuple([name_node(x, True) for x in carried], ast.Store())],
                          rt_call("loop", ast.Constant(note), name_node(test_fn.name), name_node(body_fn.name),
-                                 ast.Tuple([name_node(x) for x in carried], ast.Load())))
+                                 ast.Tuple([name_node(x) for x in carried], ast.Load()), read_after))
         return located([test_fn, body_fn, run], s)
+
+
+def _as_assign(st: ast.stmt) -> ast.stmt:
+    """``name op= value`` as ``name = name op value``; other statements unchanged. Only used where the loop
+    rule then accepts the statement, which it does only when every carried value is an int or a tensor
+    needing no gradient (for a tensor, ``+=`` in place and ``+`` give the same values)."""
+    if isinstance(st, ast.AugAssign) and isinstance(st.target, ast.Name):
+        value = ast.BinOp(name_node(st.target.id), st.op, st.value)
+        return ast.copy_location(ast.Assign([name_node(st.target.id, True)], ast.copy_location(value, st)), st)
+    return st

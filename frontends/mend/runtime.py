@@ -302,15 +302,20 @@ def cond(p: torch.Tensor, true_fn: Callable[[], Any], false_fn: Callable[[], Any
 
 
 def loop(note: int, test_fn: Callable[..., Any], body_fn: Callable[..., tuple[Any, ...]],
-         carried: tuple[Any, ...]) -> tuple[Any, ...]:
+         carried: tuple[Any, ...], read_after: tuple[bool, ...] = ()) -> tuple[Any, ...]:
     """A ``while`` on a tensor test: ``torch.while_loop`` when Dynamo traces and every carried value is a
-    tensor that needs no gradient (the loop stays in the graph); the same loop in Python otherwise."""
+    tensor that needs no gradient, or a Python int nobody reads after the loop (a counter bounding it:
+    carried as an int64 tensor); the same loop in Python otherwise. (An int read after the loop would
+    have to leave the graph as an unbacked symbolic int; Dynamo returned a wrong constant for it.)"""
     while_loop = getattr(torch, "_higher_order_ops", None) and getattr(torch._higher_order_ops, "while_loop", None)
+    read_after = read_after or (True,) * len(carried)
     if (COND and while_loop is not None and torch.compiler.is_compiling()
-            and all(isinstance(c, torch.Tensor) and not (torch.is_grad_enabled() and c.requires_grad) for c in carried)):
+            and all((type(c) is int and not r) or (isinstance(c, torch.Tensor) and not (torch.is_grad_enabled() and c.requires_grad))
+                    for c, r in zip(carried, read_after))):
         comptime(lambda ctx: _count_cond())
         fired(note)
-        return tuple(while_loop(lambda *c: as_bool(test_fn(*c)), lambda *c: fresh(body_fn(*c)), tuple(carried)))
+        lifted = tuple(torch.tensor(c, dtype=torch.int64) if type(c) is int else c for c in carried)
+        return tuple(while_loop(lambda *c: as_bool(test_fn(*c)), lambda *c: fresh(body_fn(*c)), lifted))
     while test_fn(*carried):
         carried = body_fn(*carried)
     return tuple(carried)

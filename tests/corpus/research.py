@@ -1004,6 +1004,14 @@ def assert_finite(x):
     return x.exp().log1p()
 
 
+def while_counter_returned(x):
+    steps = 0
+    while x.norm() > 1 and steps < 10:
+        x = x / 2
+        steps += 1
+    return x, steps
+
+
 class ClippedResidual(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -1064,8 +1072,7 @@ def _programs() -> list[Program]:
         P("multihead_merge", "expressions", "comprehensions over heads with a tensor test",
           lambda: (frozen(MultiHeadMerge()), (torch.randn(4, 16),))),
         P("while_mixed_counter", "expressions", "while <tensor test> and <Python counter>",
-          lambda: (while_mixed_counter, (torch.randn(4, 16) * 4,)), graphs=1, breaks=2,
-          note="the counter is a Python int: the loop runs in Python (as without mending)"),
+          lambda: (while_mixed_counter, (torch.randn(4, 16) * 4,))),
         P("and_assert", "expressions", "assert on shapes joined by and", lambda: (and_assert, (torch.randn(4, 16),))),
         # a for over layers with `if <tensor>: break`
         P("early_exit_stack", "layers with break", "for layer in layers: ...; if <tensor>: break",
@@ -1184,6 +1191,9 @@ def _programs() -> list[Program]:
         P("clipped_residual", "expressions", "1.0 if <tensor test> else 0.1 (Python numbers)",
           lambda: (ClippedResidual(), (torch.randn(4, 16),)), graphs=2, breaks=1,
           note="both sides are Python floats: which one is data, so Python must decide (torch.where needs tensors)"),
+        P("while_counter_returned", "expressions", "while <tensor> and <counter>, the counter returned",
+          lambda: (while_counter_returned, (torch.ones(4, 16) * 2,)), graphs=5, breaks=2,
+          note="an int read after the loop would leave the graph as an unbacked int: the loop runs in Python"),
         P("clamp_both_tails", "expressions", "if <tensor> or <tensor>: rescale", lambda: (clamp_both_tails, (torch.randn(4, 16) * 3,))),
     ]
 

@@ -752,3 +752,20 @@ def test_for_with_a_break_over_impure_layers_is_left_to_python() -> None:
     want = model(x, torch.tensor(0.0))
     torch.manual_seed(1)
     torch.testing.assert_close(fast(x, torch.tensor(0.0)), want)
+
+
+def bounded_halving(x):
+    i = 0
+    while x.norm() > 1 and i < 10:  # a tensor test and a Python counter
+        x = x / 2
+        i += 1
+    return x
+
+
+def test_while_with_a_counter_nobody_reads_after_is_one_graph() -> None:
+    report = explain(bounded_halving, torch.randn(4, 16) * 4)
+    assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
+    fast = compiled(bounded_halving)
+    for scale in (0.01, 4.0, 1e6):  # 0 iterations, some, and stopped by the counter
+        x = torch.randn(4, 16) * scale
+        torch.testing.assert_close(fast(x), bounded_halving(x))
