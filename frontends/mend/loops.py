@@ -11,8 +11,8 @@
 
 The body must only assign side-effect-free values to names bound before the loop (ifs inside are
 lowered as in :mod:`.branches`). At run time the loop is ``torch.while_loop`` when every carried value
-is a tensor that needs no gradient, the Python loop otherwise. A trip count known in Python is left to
-Dynamo, which unrolls it.
+is a tensor that needs no gradient (``runtime.loopable``), the user's loop as written otherwise. A
+trip count known in Python is left to Dynamo, which unrolls it.
 """
 
 from __future__ import annotations
@@ -128,10 +128,16 @@ class LoopRules:
         k = self.ctx.counter = self.ctx.counter + 1
         note = self.ctx.note(s, "for over range(<tensor data>) -> torch.while_loop")
         fn = self.body_fn(f"_mend_rbody{k}", s.body, carried, k)
+        count = f"_mend_n{k}"
         run = ast.Assign([ast.Tuple([name_node(x, True) for x in carried], ast.Store())],
-                         rt_call("repeat", ast.Constant(note), it.args[0], name_node(fn.name),
+                         rt_call("repeat", ast.Constant(note), name_node(count), name_node(fn.name),
                                  ast.Tuple([name_node(x) for x in carried], ast.Load())))
-        return located([fn, run], s)
+        original = copy.deepcopy(s)  # the user's loop, run where while_loop cannot be (no break is added)
+        original.iter.args[0] = name_node(count)
+        original.body = self.stmts(original.body, set(defined) | {s.target.id})
+        test = rt_call("loopable", ast.Tuple([name_node(x) for x in carried], ast.Load()),
+                       ast.Tuple([ast.Constant(True) for _ in carried], ast.Load()), name_node(count))
+        return located([fn, ast.Assign([name_node(count, True)], it.args[0]), ast.If(test, [run], [original])], s)
 
     def while_convert(self, s: ast.While, defined: set[str]) -> list[ast.stmt] | None:
         """``while <tensor test>:`` whose body only assigns side-effect-free values to names already bound
@@ -142,20 +148,23 @@ class LoopRules:
         inside: dict[str, int] = {}  # reads inside the loop as written (before `i += 1` reads i below)
         for n in loaded_names(s):
             inside[n.id] = inside.get(n.id, 0) + 1
-        s.body = [_as_assign(st) for st in s.body]  # `i += 1` is `i = i + 1` for a name (ints, tensors: no in-place)
-        carried = self.loop_body(s.body, purity(exact_items(s.test), self.ctx, Purity()), defined)
+        body = [_as_assign(st) for st in s.body]  # `i += 1` is `i = i + 1` for a name (ints, tensors: no in-place)
+        carried = self.loop_body(body, purity(exact_items(s.test), self.ctx, Purity()), defined)
         if carried is None:
             return None
         k = self.ctx.counter = self.ctx.counter + 1
         note = self.ctx.note(s, "while on a tensor -> torch.while_loop")
         params = ast.arguments([], [ast.arg(n) for n in carried], None, [], [], None, [])
         test_fn = ast.FunctionDef(f"_mend_wtest{k}", params, [ast.Return(exact_items(s.test))], [], None, **TYPE_PARAMS)
-        body_fn = self.body_fn(f"_mend_wbody{k}", s.body, carried, k)
+        body_fn = self.body_fn(f"_mend_wbody{k}", body, carried, k)
         read_after = ast.Tuple([ast.Constant(self.loads.get(x, 0) > inside.get(x, 0)) for x in carried], ast.Load())
         run = ast.Assign([ast.Tuple([name_node(x, True) for x in carried], ast.Store())],
                          rt_call("loop", ast.Constant(note), name_node(test_fn.name), name_node(body_fn.name),
-                                 ast.Tuple([name_node(x) for x in carried], ast.Load()), read_after))
-        return located([test_fn, body_fn, run], s)
+                                 ast.Tuple([name_node(x) for x in carried], ast.Load())))
+        original = copy.deepcopy(s)  # the user's loop, run where while_loop cannot be (no break is added)
+        original.body = self.stmts(original.body, set(defined))
+        test = rt_call("loopable", ast.Tuple([name_node(x) for x in carried], ast.Load()), read_after)
+        return located([test_fn, body_fn, ast.If(test, [run], [original])], s)
 
 
 def _as_assign(st: ast.stmt) -> ast.stmt:

@@ -301,42 +301,41 @@ def cond(p: torch.Tensor, true_fn: Callable[[], Any], false_fn: Callable[[], Any
     return true_fn() if p else false_fn()
 
 
+def loopable(carried: tuple[Any, ...], read_after: tuple[bool, ...], n: Any = 0) -> bool:
+    """Whether a loop rewritten by ``loops`` can be ``torch.while_loop`` now: Dynamo traces, ``n`` (a trip
+    count) is an integer, and every carried value is a tensor that needs no gradient, or a Python int
+    nobody reads after the loop (a counter: carried as an int64 tensor; an int read after the loop
+    would leave the graph as an unbacked symbolic int, for which Dynamo returned a wrong constant).
+    When not, the mended code runs the user's loop as written (so no break is added)."""
+    if not (COND and _WHILE_LOOP is not None and torch.compiler.is_compiling() and isinstance(n, int)):
+        return False
+    for c, r in zip(carried, read_after):
+        if not ((type(c) is int and not r) or (isinstance(c, torch.Tensor) and not (torch.is_grad_enabled() and c.requires_grad))):
+            return False
+    return True
+
+
+_WHILE_LOOP = getattr(getattr(torch, "_higher_order_ops", None), "while_loop", None)
+
+
 def loop(note: int, test_fn: Callable[..., Any], body_fn: Callable[..., tuple[Any, ...]],
-         carried: tuple[Any, ...], read_after: tuple[bool, ...] = ()) -> tuple[Any, ...]:
-    """A ``while`` on a tensor test: ``torch.while_loop`` when Dynamo traces and every carried value is a
-    tensor that needs no gradient, or a Python int nobody reads after the loop (a counter bounding it:
-    carried as an int64 tensor); the same loop in Python otherwise. (An int read after the loop would
-    have to leave the graph as an unbacked symbolic int; Dynamo returned a wrong constant for it.)"""
-    while_loop = getattr(torch, "_higher_order_ops", None) and getattr(torch._higher_order_ops, "while_loop", None)
-    read_after = read_after or (True,) * len(carried)
-    if (COND and while_loop is not None and torch.compiler.is_compiling()
-            and all((type(c) is int and not r) or (isinstance(c, torch.Tensor) and not (torch.is_grad_enabled() and c.requires_grad))
-                    for c, r in zip(carried, read_after))):
-        comptime(lambda ctx: _count_cond())
-        fired(note)
-        lifted = tuple(torch.tensor(c, dtype=torch.int64) if type(c) is int else c for c in carried)
-        return tuple(while_loop(lambda *c: as_bool(test_fn(*c)), lambda *c: fresh(body_fn(*c)), lifted))
-    while test_fn(*carried):
-        carried = body_fn(*carried)
-    return tuple(carried)
+         carried: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A ``while`` on a tensor test as ``torch.while_loop`` (where :func:`loopable` said so)."""
+    comptime(lambda ctx: _count_cond())
+    fired(note)
+    lifted = tuple(torch.tensor(c, dtype=torch.int64) if type(c) is int else c for c in carried)
+    return tuple(_WHILE_LOOP(lambda *c: as_bool(test_fn(*c)), lambda *c: fresh(body_fn(*c)), lifted))
 
 
-def repeat(note: int, n: Any, body_fn: Callable[..., tuple[Any, ...]], carried: tuple[Any, ...]) -> tuple[Any, ...]:
-    """``for _ in range(n)`` with ``n`` from tensor data: ``torch.while_loop`` with a counter when Dynamo
-    traces, ``n`` is an integer and every carried value is a tensor that needs no gradient; the Python
-    loop otherwise."""
-    while_loop = getattr(torch, "_higher_order_ops", None) and getattr(torch._higher_order_ops, "while_loop", None)
-    if (COND and while_loop is not None and torch.compiler.is_compiling() and isinstance(n, int)
-            and all(isinstance(c, torch.Tensor) and not (torch.is_grad_enabled() and c.requires_grad) for c in carried)):
-        comptime(lambda ctx: _count_cond())
-        fired(note)
-        stop = torch.scalar_tensor(n, dtype=torch.int64)
-        start = torch.zeros((), dtype=torch.int64)
-        out = while_loop(lambda i, *c: i < stop, lambda i, *c: (i + 1, *fresh(body_fn(*c))), (start, *carried))
-        return tuple(out[1:])
-    for _ in range(n):
-        carried = body_fn(*carried)
-    return tuple(carried)
+def repeat(note: int, n: int, body_fn: Callable[..., tuple[Any, ...]], carried: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``for _ in range(n)`` with ``n`` from tensor data as ``torch.while_loop`` with a counter (where
+    :func:`loopable` said so)."""
+    comptime(lambda ctx: _count_cond())
+    fired(note)
+    stop = torch.scalar_tensor(n, dtype=torch.int64)
+    start = torch.zeros((), dtype=torch.int64)
+    out = _WHILE_LOOP(lambda i, *c: i < stop, lambda i, *c: (i + 1, *fresh(body_fn(*c))), (start, *carried))
+    return tuple(out[1:])
 
 
 def fresh(outs: tuple[Any, ...]) -> tuple[Any, ...]:
