@@ -19,7 +19,9 @@ Pipeline (``mend(model)``, run by ``torchmux.compile`` and ``torchmux.explain`` 
    - :mod:`.checks`: ``if <tensor>: raise`` and ``assert <tensor>`` are checked after the graph;
    - :mod:`.branches`: tensor ``if``/``elif``/``else`` and early returns -> ``torch.where`` /
      ``torch.cond`` (``and``/``or`` of tensor tests included, with Python's short circuit);
-   - :mod:`.loops`: ``while <tensor>`` and ``for _ in range(<tensor data>)`` -> ``torch.while_loop``.
+   - :mod:`.loops`: ``while <tensor>`` (a Python counter beside it included) and
+     ``for _ in range(<tensor data>)`` -> ``torch.while_loop``; ``for layer in layers: ...;
+     if <tensor>: break`` -> a masked loop (values frozen once the test held).
 
    :mod:`.analysis` holds what the rules share (name resolution, purity, AST helpers). Every rewrite
    keeps the user's statements behind a guard decided while Dynamo traces (:mod:`.runtime`): when the
