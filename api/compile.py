@@ -63,7 +63,7 @@ def compile(
 
     config = resolve(backend, mode, options)
     settings.REMOTE_CACHE.get()  # a malformed TORCHMUX_REMOTE_CACHE is refused here, not at the first call
-    if config.get("mend"):  # remove graph breaks from the source first (frontends/mend.py)
+    if config.get("mend"):  # remove graph breaks from the source first (frontends/mend/)
         from ..frontends.mend import mend, scoped
 
         model, _ = mend(model)
