@@ -64,7 +64,7 @@ def compile(
         from ..frontends.mend import mend, scoped
 
         model, _ = mend(model)
-    compiled = torch.compile(model, backend=shared_backend(config), fullgraph=fullgraph, dynamic=bool(dynamic))
+    compiled = torch.compile(model, backend=shared_backend(config), fullgraph=fullgraph, dynamic=dynamic)
     if config.get("mend") and isinstance(compiled, torch.nn.Module):
         compiled.forward = scoped(compiled.forward)  # Dynamo's switches, scoped to each call
     elif config.get("mend"):
