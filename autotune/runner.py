@@ -155,7 +155,7 @@ class GraphRunner:
         assert self.symbolic is not None
         decision, fn = self.symbolic.choose(sig, args, self._candidates(args))
         if decision is None or fn is None:
-            failed = decision.measurements if decision is not None else []
+            failed = decision.measurements if decision is not None else self.symbolic.last_results
             best = self._eager_fallback(args)
             decision, fn = Decision(best, list(failed) + [best]), best.placement.fn  # type: ignore[union-attr]
             warnings.warn(

@@ -99,6 +99,7 @@ class SymbolicChooser:
         self.specialized: dict[str, int] = {}  # backend name -> how many signatures it was specialized for
         self.ranges: dict[tuple, Any] = {}  # size range -> (Decision, fallback fn for other sizes of the range)
         self.compiles: dict[str, int] = {}  # backend name -> compiles made for this graph (for reports and tests)
+        self.last_results: list[Any] = []  # the last tuning's measurements (failures name their reason)
 
     # ------------------------------------------------------------------------------------------
     def choose(self, sig: tuple, args: Sequence[Any], candidates: Sequence[Any]) -> tuple[Any, Any]:
@@ -185,6 +186,7 @@ class SymbolicChooser:
         if config.auto and len(live) > 1:
             time_rounds(live, args, float(config.get("autotune_budget")) / 2, 15)
         best = choose(results)
+        self.last_results = results
         if best is None:  # nothing ran it right: the graph's own ops, eagerly (the runner warns)
             return None, None, None  # type: ignore[return-value]
         best_symbolic = choose([m for m in results if m.ok and not own[m.backend]])
