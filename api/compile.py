@@ -16,7 +16,7 @@ import torch
 from ..autotune.runner import GraphRunner
 from ..core.config import CompileConfig, resolve
 from ..core.errors import BadArgumentError, FullGraphError
-from ..frontends.dynamo import TorchmuxDynamoBackend
+from ..frontends.dynamo import TorchmuxDynamoBackend, watch_recompile_limit
 
 
 def compile(
@@ -36,9 +36,12 @@ def compile(
       :class:`torchmux.Backend` object.
     - ``fullgraph=True``: raise :class:`FullGraphError` naming the break and its file:line instead of
       splitting the program.
-    - ``dynamic``: ``None`` or ``False`` specializes each graph to its input shapes (a new shape
-      recompiles, up to Dynamo's recompile limit), which every backend supports; ``True`` captures
-      symbolic shapes, which only backends with ``dynamic_shapes`` (eager, inductor) accept.
+    - ``dynamic``: as torch.compile's. ``None`` (default): static on the first shape; when a dimension
+      changes, Dynamo captures the graph again with it symbolic, and that graph serves every size.
+      ``True``: symbolic from the start; ``False``: a new shape recompiles (up to Dynamo's recompile
+      limit). ``torch._dynamo.mark_dynamic`` is honoured. Backends with ``dynamic_shapes`` (``torchmux
+      list``) compile a symbolic graph once; the others are specialized per size, bounded
+      (autotune/shapes.py).
     - ``mode``: as torch.compile's; ``"max-autotune"`` lets backends tune (TVM MetaSchedule, Inductor).
     - ``options``: torchmux's own (``verify``, ``autotune_budget``) and per-backend options written
       ``{"onnxruntime.providers": [...]}`` or ``{"onnxruntime": {"providers": [...]}}``.
@@ -60,6 +63,7 @@ def compile(
         return model
 
     config = resolve(backend, mode, options)
+    watch_recompile_limit()  # Dynamo's silent switch to eager past its limit becomes a warning
     if config.get("mend"):  # remove graph breaks from the source first (frontends/mend.py)
         from ..frontends.mend import mend, scoped
 
