@@ -78,7 +78,11 @@ def specialize(ir: GraphIR, args: Sequence[Any]) -> GraphIR:
     from torch.fx.experimental.proxy_tensor import make_fx
 
     gm = make_fx(ir.gm, tracing_mode="fake")(*args)
-    static = GraphIR(gm, ir.input_kinds, name=f"{ir.name}@{signature_text(args)}", phase=ir.phase)
+    for node, arg in zip([n for n in gm.graph.nodes if n.op == "placeholder"], args):
+        if "val" not in node.meta:  # an integer input: its value, a constant of this specialization
+            node.meta["val"] = arg
+    keyed = [a for a, kind in zip(args, ir.input_kinds) if kind == "input"]
+    static = GraphIR(gm, ir.input_kinds, name=f"{ir.name}@{signature_text(keyed)}", phase=ir.phase)
     return static.lint()
 
 

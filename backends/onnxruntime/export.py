@@ -188,7 +188,9 @@ def _sizes_from_tensors(ir: GraphIR) -> tuple[torch.fx.GraphModule, dict[str, tu
                 if isinstance(size, torch.SymInt) and getattr(size.node.expr, "is_Symbol", False):
                     where.setdefault(str(size.node.expr), (node, d))
                     ranges[str(size.node.expr)] = _range_of(size)
-    anchor = placeholders[-1]
+    first_op = next(n for n in gm.graph.nodes if n.op != "placeholder")
+    for node in placeholders:  # a partition's region may interleave placeholders with ops: inputs first
+        first_op.prepend(node)
     for node in placeholders:
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor):
@@ -197,7 +199,7 @@ def _sizes_from_tensors(ir: GraphIR) -> tuple[torch.fx.GraphModule, dict[str, tu
         if name not in where:
             raise NotImplementedError(f"{ir.name}: integer input {node.name} ({val}) is no tensor input's size")
         source, d = where[name]  # type: ignore[index]
-        with gm.graph.inserting_after(anchor):
+        with gm.graph.inserting_before(first_op):
             size = gm.graph.call_function(torch.ops.aten.sym_size.int, (source, d))
         size.meta["val"] = val
         node.replace_all_uses_with(size)
