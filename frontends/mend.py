@@ -313,7 +313,7 @@ def _build(fn: types.FunctionType, fdef: ast.FunctionDef, injected: dict[str, An
 class switches:
     """Dynamo options that remove breaks, for the duration of one compiled call.
 
-    A save/set/restore of three attributes of ``torch._dynamo.config`` rather than
+    A save/set/restore of four attributes of ``torch._dynamo.config`` rather than
     ``config.patch``: the patch builds a class on every call and cost ~40 us, as much as running a
     small compiled graph. Nested compiled calls restore in order (each call has its own instance).
     """
@@ -329,6 +329,11 @@ class switches:
         if not cfg.capture_dynamic_output_shape_ops:
             saved.append(("capture_dynamic_output_shape_ops", False))
             cfg.capture_dynamic_output_shape_ops = True
+        # sizes become symbolic when they change (dynamic=None), Python floats stay constants: a symbolic
+        # float breaks torch.cond's operands in torch 2.13 and no backend but eager and Inductor takes one
+        if not cfg.specialize_float:
+            saved.append(("specialize_float", False))
+            cfg.specialize_float = True
         logging_fns = cfg.reorderable_logging_functions
         if rt.deferred not in logging_fns:
             saved.append(("reorderable_logging_functions", logging_fns))
