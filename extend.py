@@ -8,6 +8,8 @@ the built-ins.
   :class:`CompiledGraph`, :data:`hookimpl` (hook specifications: ``torchmux.core.hookspecs``).
 - The IR a backend is handed: :class:`GraphIR`, :class:`TensorSpec`, :func:`op_name` (the Core ATen
   name a claim is written in), :func:`spec_of`, :func:`node_float_dtypes`.
+- Symbolic graphs: :func:`export_program` (``torch.export`` with one ``Dim`` per symbol, tensor
+  inputs only: :func:`tensor_inputs`).
 - Claims: :func:`load_claims` reads the conformance suite's results (``python -m
   torchmux.testing.probe NAME --write claims.json``).
 - Environment probes that never import the library they ask about: :func:`package_version`,
@@ -32,9 +34,10 @@ from .core.backend import (
 )
 from .core.hookspecs import hookimpl
 from .core.ir import GraphIR, TensorSpec, op_name, spec_of
+from .core.symbolic import export_program, tensor_inputs
 
 __all__ = [
     "Availability", "Backend", "CompileRequest", "CompiledGraph", "GraphIR", "TensorSpec", "artifact_dir",
-    "atomic_write", "debug_dir", "has_cuda", "hookimpl", "load_claims", "module_present", "node_float_dtypes",
+    "atomic_write", "debug_dir", "export_program", "tensor_inputs", "has_cuda", "hookimpl", "load_claims", "module_present", "node_float_dtypes",
     "op_name", "package_version", "spec_of", "version_tuple",
 ]

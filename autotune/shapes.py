@@ -10,10 +10,11 @@ once and that one artifact serves every size (eager, Inductor, ONNX Runtime with
 with symbolic Relax shapes). A backend that needs static shapes (``dynamic_shapes = False``) is
 *specialized*: :func:`specialize` re-traces the graph at the call's concrete sizes and the backend
 compiles that static graph. Specializations are bounded: at most :data:`SPECIALIZE_LIMIT` concrete
-signatures per graph and backend. Under ``backend="auto"`` a static backend takes part in the race
-only where another compile is still allowed; once its budget is spent, sizes it was not specialized
-for run on the best symbolic backend of their range. With one named static backend, a signature past
-the limit runs eagerly with a :class:`TorchmuxFallbackWarning` that says so and what to do.
+signatures per graph and backend. Under ``backend="auto"`` static backends do not race on symbolic
+graphs: a specialization could serve only its own sizes, and a graph goes symbolic precisely because
+its sizes change (the first shape's static graph is raced by every backend). With static backends
+named by the user (and no symbolic one), each new signature is specialized up to the limit; past it
+the graph runs eagerly with a :class:`TorchmuxFallbackWarning` that says so and what to do.
 
 **Size ranges and representative sizes (the tuning rule).** A symbolic graph's sizes are grouped in
 power-of-two ranges per symbol: a value ``v`` belongs to range ``v.bit_length()``, so 1 | 2-3 | 4-7 |
@@ -157,6 +158,8 @@ class SymbolicChooser:
         from .tuner import Decision, Measurement, choose, short_error, time_rounds
 
         config = self.config
+        if any(takes_symbolic(b) for b in candidates) and config.auto:
+            candidates = [b for b in candidates if takes_symbolic(b)]  # see the module docstring
         remembered = cache.load(cache.decision_key(self.ir, ("range", key), candidates, config.mode)) \
             if config.auto and len(candidates) > 1 else None
         if remembered and any(b.name == remembered.get("backend") and takes_symbolic(b) for b in candidates):

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import torch
 
-from torchmux.extend import GraphIR
+from torchmux.extend import GraphIR, export_program, tensor_inputs
 
 EXPORT_FORMAT = 3  # bump whenever export_onnx changes what it writes: old cache entries then miss
 # 20 is the first opset with a Gelu op; at 18 (torchlib's default) GELU is five elementwise ops
@@ -56,7 +56,7 @@ def export_onnx(ir: GraphIR, example_inputs: Sequence[Any]) -> bytes:
     except Exception as fast_error:
         try:
             program = torch.onnx.export(
-                exported_program(ir, args), (), dynamo=True,
+                export_program(ir, args), (), dynamo=True,
                 optimize=False, verify=False, report=False, verbose=False, opset_version=OPSET,
             )
         except Exception as e:
@@ -129,95 +129,9 @@ def _export_fast(ir: GraphIR, args: tuple[Any, ...]) -> Any:
     from torch.onnx._internal.exporter import _core, _fx_passes
 
     registry = _onnx_registry()
-    program = exported_program(ir, args)
+    program = export_program(ir, args)
     _fx_passes.insert_type_promotion_nodes(program.graph_module)  # ONNX has no implicit type promotion
     return _core._exported_program_to_onnx_program(program, registry=registry)
-
-
-def tensor_inputs(ir: GraphIR) -> list[int]:
-    """Positions of the graph's tensor inputs: the ONNX model's inputs. A symbolic graph's integer
-    inputs (the symbols' values) are not: the model reads each from a tensor's size."""
-    return [i for i, n in enumerate(ir.placeholders) if isinstance(n.meta.get("val"), torch.Tensor)]
-
-
-def exported_program(ir: GraphIR, args: tuple[Any, ...]) -> Any:
-    """``torch.export`` of the graph; a symbolic graph keeps its symbols as dynamic dimensions
-    (``torch.export.Dim``, one per symbol, with the range Dynamo knows), so the ONNX model has dynamic
-    axes and one session serves every size."""
-    if ir.is_static:
-        return torch.export.export(ir.gm, args, strict=False)
-    import inspect
-
-    from torch.export import Dim
-
-    gm, symbols = _sizes_from_tensors(ir)
-    dims: dict[str, Any] = {}
-    shapes: list[Any] = []
-    for i in tensor_inputs(ir):
-        val = ir.placeholders[i].meta["val"]
-        spec: dict[int, Any] = {}
-        for d, size in enumerate(val.shape):
-            if isinstance(size, torch.SymInt) and getattr(size.node.expr, "is_Symbol", False):
-                name = str(size.node.expr)
-                if name not in dims:
-                    lo, hi = symbols.get(name, (2, None))
-                    dims[name] = Dim(name, min=max(lo, 0), max=hi) if hi is not None else Dim(name, min=max(lo, 0))
-                spec[d] = dims[name]
-            elif isinstance(size, torch.SymInt):
-                raise NotImplementedError(f"input {i} of {ir.name} has size {size} (an expression, not one symbol)")
-        shapes.append(spec or None)
-    tensors = tuple(args[i] for i in tensor_inputs(ir))
-    params = inspect.signature(gm.forward).parameters.values()
-    packed = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
-    return torch.export.export(gm, tensors, dynamic_shapes=(tuple(shapes),) if packed else tuple(shapes), strict=False)
-
-
-def _sizes_from_tensors(ir: GraphIR) -> tuple[torch.fx.GraphModule, dict[str, tuple[int, int | None]]]:
-    """A copy of the graph whose integer inputs are gone: each symbol is read from the size of a tensor
-    input that has it (``aten.sym_size.int``). Also each symbol's range, as Dynamo's ShapeEnv knows it."""
-    import copy
-
-    gm = copy.deepcopy(ir.gm)
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    where: dict[str, tuple[torch.fx.Node, int]] = {}
-    ranges: dict[str, tuple[int, int | None]] = {}
-    for node in placeholders:
-        val = node.meta.get("val")
-        if isinstance(val, torch.Tensor):
-            for d, size in enumerate(val.shape):
-                if isinstance(size, torch.SymInt) and getattr(size.node.expr, "is_Symbol", False):
-                    where.setdefault(str(size.node.expr), (node, d))
-                    ranges[str(size.node.expr)] = _range_of(size)
-    first_op = next(n for n in gm.graph.nodes if n.op != "placeholder")
-    for node in placeholders:  # a partition's region may interleave placeholders with ops: inputs first
-        first_op.prepend(node)
-    for node in placeholders:
-        val = node.meta.get("val")
-        if isinstance(val, torch.Tensor):
-            continue
-        name = str(val.node.expr) if isinstance(val, torch.SymInt) else None
-        if name not in where:
-            raise NotImplementedError(f"{ir.name}: integer input {node.name} ({val}) is no tensor input's size")
-        source, d = where[name]  # type: ignore[index]
-        with gm.graph.inserting_before(first_op):
-            size = gm.graph.call_function(torch.ops.aten.sym_size.int, (source, d))
-        size.meta["val"] = val
-        node.replace_all_uses_with(size)
-        gm.graph.erase_node(node)
-    gm.graph.lint()
-    gm.recompile()
-    return gm, ranges
-
-
-def _range_of(size: torch.SymInt) -> tuple[int, int | None]:
-    r = size.node.shape_env.var_to_range.get(size.node.expr)
-    if r is None:
-        return 2, None
-    try:
-        upper: int | None = int(r.upper)
-    except (TypeError, ValueError, AttributeError, OverflowError):  # unbounded (int_oo)
-        upper = None
-    return int(r.lower), upper if upper is not None and upper < 2**62 else None
 
 
 def tensor_outputs(ir: GraphIR) -> list[int]:

@@ -35,7 +35,8 @@ from torchmux import extend
 from torchmux.extend import GraphIR, TensorSpec, artifact_dir, atomic_write, package_version
 
 from . import CPU, CUDA, TENSORRT, usable_providers
-from .export import EXPORT_FORMAT, IR_VERSION, OPSET, export_onnx, tensor_inputs, tensor_outputs
+from .export import EXPORT_FORMAT, IR_VERSION, OPSET, export_onnx, tensor_outputs
+from torchmux.extend import tensor_inputs
 
 OPTIONS = {
     "providers": "execution providers in priority order: names or (name, options) pairs",

@@ -32,6 +32,7 @@ MIN_VERSION = (0, 21)
 
 class TvmBackend(extend.Backend):
     name = "tvm"
+    dynamic_shapes = True  # symbolic Relax shapes from torch.export Dims: one build serves every size
     devices = ("cpu", "cuda")
     package = "apache-tvm"
     description = "Apache TVM Relax: LLVM on the CPU, CUDA with dlight schedules; MetaSchedule tuning in max-autotune"

@@ -10,7 +10,6 @@ import warnings
 
 import pytest
 import torch
-
 import torchmux
 from torchmux.core.errors import IRLintError, TorchmuxFallbackWarning
 from torchmux.core.registry import get_registry
@@ -33,7 +32,7 @@ with torch.no_grad():
 
 def _symbolic_ir():
     scope: dict = {}
-    exec(CAPTURE, scope)
+    exec(CAPTURE, scope)  # noqa: S102 - the same program the subprocess test runs
     return scope["irs"][-1]
 
 
@@ -90,15 +89,16 @@ def _sweep(compiled, model, make, sizes):
 SIZES = random.Random(13).sample(range(2, 200), 50)
 
 
-def test_mlp_50_batch_sizes_compile_once_per_backend(monkeypatch):
+@pytest.mark.parametrize("backends", [["eager", "onnxruntime"], ["tvm"]], ids=["auto-eager-onnxruntime", "tvm"])
+def test_mlp_50_batch_sizes_compile_once_per_backend(monkeypatch, backends):
     torch._dynamo.reset()
-    counts = _counting(monkeypatch, ["eager", "onnxruntime"])
+    counts = _counting(monkeypatch, backends)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8))
-    compiled = torchmux.compile(model, backend=["eager", "onnxruntime"])
+    compiled = torchmux.compile(model, backend=backends if len(backends) > 1 else backends[0])
     _sweep(compiled, model, lambda n: (torch.randn(n, 16),), SIZES)
     # the first size's static graph, then one symbolic graph for every other size
-    assert counts == {"eager": 2, "onnxruntime": 2}
+    assert counts == dict.fromkeys(backends, 2)
 
 
 def test_tiny_bert_50_sequence_lengths(monkeypatch):
