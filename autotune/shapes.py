@@ -194,6 +194,11 @@ class SymbolicChooser:
             time_rounds(live, args, float(config.get("autotune_budget")) / 2, 15)
         best = choose(results)
         self.last_results = results
+        from ..core.registry import get_registry
+
+        for m in results:
+            get_registry().notify("torchmux_candidate_measured", ir=self.ir, backend=m.backend,
+                                  seconds=m.seconds, ok=m.ok, reason=m.reason)
         if best is None:  # nothing ran it right: the graph's own ops, eagerly (the runner warns)
             return None, None, None  # type: ignore[return-value]
         best_symbolic = choose([m for m in results if m.ok and not own[m.backend]])

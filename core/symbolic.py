@@ -87,9 +87,23 @@ def _sizes_from_tensors(ir: GraphIR) -> tuple[torch.fx.GraphModule, dict[str, tu
         size.meta["val"] = val
         node.replace_all_uses_with(size)
         gm.graph.erase_node(node)
+    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    if isinstance(out.args[0], (tuple, list)):  # a size returned (saved for backward) is the caller's to compute
+        out.args = (type(out.args[0])(o for o in out.args[0] if not _is_size(o)),)
+    gm.graph.eliminate_dead_code()
     gm.graph.lint()
     gm.recompile()
     return gm, ranges
+
+
+def _is_size(value: Any) -> bool:
+    return isinstance(value, torch.fx.Node) and isinstance(value.meta.get("val"), torch.SymInt)
+
+
+def size_outputs(ir: GraphIR) -> dict[int, str]:
+    """The graph's outputs that are sizes, not tensors (a forward graph saves ``s0`` for its backward):
+    position -> the size's expression. :func:`export_program` leaves them out of the program."""
+    return {i: str(o.meta["val"].node.expr) for i, o in enumerate(ir.outputs) if _is_size(o)}
 
 
 def _range_of(size: torch.SymInt) -> tuple[int, int | None]:

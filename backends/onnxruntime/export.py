@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import torch
 
-from torchmux.extend import GraphIR, export_program, tensor_inputs
+from torchmux.extend import GraphIR, export_program, size_outputs, tensor_inputs
 
 EXPORT_FORMAT = 3  # bump whenever export_onnx changes what it writes: old cache entries then miss
 # 20 is the first opset with a Gelu op; at 18 (torchlib's default) GELU is five elementwise ops
@@ -138,8 +138,9 @@ def tensor_outputs(ir: GraphIR) -> list[int]:
     """Positions of the graph's tensor outputs; the others are None (a backward graph's gradient of an
     input that needs none), which the ONNX model leaves out and the compiled graph returns as None."""
     positions = []
+    sizes = size_outputs(ir)
     for i, out in enumerate(ir.outputs):
-        if out is None:
+        if out is None or i in sizes:  # a size (symbolic graphs) is computed from the call's sizes
             continue
         if not isinstance(out, torch.fx.Node):
             raise NotImplementedError(f"graph {ir.name} returns {out!r} (output {i}); onnxruntime returns tensors only")

@@ -206,6 +206,7 @@ class OrtGraph:
         cuda_opts = dict(session.get_provider_options()).get(CUDA, {})
         self._stream = int(cuda_opts.get("user_compute_stream", 0) or 0) if device.type == "cuda" else None
         self._sizes = None if ir.is_static else _size_sources(ir)
+        self._size_outputs = extend.size_outputs(ir)  # position -> expression of the call's sizes
 
     def __call__(self, *args: torch.Tensor) -> list[torch.Tensor]:
         if self._tensor_args is None:
@@ -215,6 +216,10 @@ class OrtGraph:
             outs = [torch.empty([_size(x, values) for x in spec.shape], dtype=spec.dtype, device=self.device)
                     for _, _, spec in self._outputs]
             args = tuple(args[i] for i in self._tensor_args)  # type: ignore[assignment]
+            if self._size_outputs:
+                self.run_into(args, outs)
+                return [_size(self._size_outputs[k], values) if k in self._size_outputs else None if j is None else outs[j]
+                        for k, j in enumerate(self._slots)]
         self.run_into(args, outs)
         return [None if j is None else outs[j] for j in self._slots]
 
