@@ -30,6 +30,16 @@ from torchmux.extend import load_claims, module_present, package_version, versio
 MIN_VERSION = (0, 21)
 
 
+# ops TVM's importer reads a size of as a Python int (int(tir.Var) fails on a symbolic size)
+_STATIC_ONLY = frozenset({"aten._native_batch_norm_legit_no_training.default"})
+
+
+def _symbolic(node: torch.fx.Node) -> bool:
+    values = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
+    return any(isinstance(t, torch.Tensor) and not all(isinstance(d, int) for d in t.shape)
+               for v in values for t in (v if isinstance(v, (tuple, list)) else [v]))
+
+
 class TvmBackend(extend.Backend):
     name = "tvm"
     dynamic_shapes = True  # symbolic Relax shapes from torch.export Dims: one build serves every size
@@ -39,6 +49,13 @@ class TvmBackend(extend.Backend):
     dtypes = (torch.float32,)  # float16 not yet probed on the CPU; claimed only once its cases pass
     # what the conformance suite passed (`python -m torchmux.testing.probe tvm --write ...`)
     claims = load_claims(Path(__file__).with_name("claims.json"))
+
+    def supports(self, node: torch.fx.Node) -> bool:
+        """The claimed ops; with symbolic shapes, not those whose Relax importer needs a static size
+        (the two-size conformance cases found them)."""
+        if extend.op_name(node) in _STATIC_ONLY and _symbolic(node):
+            return False
+        return super().supports(node)
 
     def availability(self) -> extend.Availability:
         version = package_version(self.package)
