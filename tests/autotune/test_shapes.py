@@ -178,3 +178,28 @@ def test_symbolic_graph_keeps_a_winner_per_size_range():
     assert size_range({"s0": 5}) == size_range({"s0": 7}) != size_range({"s0": 8})
     unused = TorchmuxDynamoBackend  # the frontend the chooser serves
     assert unused is not None
+
+
+def test_each_size_range_is_tuned_once_and_remembered_on_disk(monkeypatch, tmp_path):
+    import json
+
+    monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    sizes = [3, 5, 6, 9, 12, 17]  # after the static first graph: ranges 4-7, 8-15, 16-31
+
+    def sweep() -> dict:
+        torch._dynamo.reset()
+        counts = _counting(monkeypatch, ["eager", "onnxruntime"])
+        _sweep(torchmux.compile(model, backend=["eager", "onnxruntime"]), model, lambda n: (torch.randn(n, 8),), sizes)
+        return counts
+
+    first = sweep()
+    records = [json.loads(p.read_text()) for p in (tmp_path / "decisions").glob("*.json")]
+    ranges = sorted(r["range"] for r in records if "range" in r)
+    assert len(ranges) == 3 and all(r.startswith("s") for r in ranges), ranges
+    assert first == {"eager": 2, "onnxruntime": 2}
+    # a new process (here: a fresh capture) compiles only each remembered winner for the symbolic graph
+    second = sweep()
+    winners = {r["backend"] for r in records if "range" in r}
+    assert sum(second.values()) <= 2 + len(winners), (second, winners)
