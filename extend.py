@@ -37,7 +37,25 @@ from .core.ir import GraphIR, TensorSpec, op_name, spec_of
 from .core.symbolic import export_program, size_outputs, tensor_inputs
 
 __all__ = [
-    "Availability", "Backend", "CompileRequest", "CompiledGraph", "GraphIR", "TensorSpec", "artifact_dir",
-    "atomic_write", "debug_dir", "export_program", "size_outputs", "tensor_inputs", "has_cuda", "hookimpl", "load_claims", "module_present", "node_float_dtypes",
-    "op_name", "package_version", "spec_of", "version_tuple",
+    "Availability",
+    "Backend",
+    "CompileRequest",
+    "CompiledGraph",
+    "GraphIR",
+    "TensorSpec",
+    "artifact_dir",
+    "atomic_write",
+    "debug_dir",
+    "export_program",
+    "has_cuda",
+    "hookimpl",
+    "load_claims",
+    "module_present",
+    "node_float_dtypes",
+    "op_name",
+    "package_version",
+    "size_outputs",
+    "spec_of",
+    "tensor_inputs",
+    "version_tuple",
 ]
