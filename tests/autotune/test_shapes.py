@@ -203,3 +203,23 @@ def test_each_size_range_is_tuned_once_and_remembered_on_disk(monkeypatch, tmp_p
     second = sweep()
     winners = {r["backend"] for r in records if "range" in r}
     assert sum(second.values()) <= 2 + len(winners), (second, winners)
+
+
+def test_training_with_changing_batch_on_onnxruntime():
+    """Symbolic forward and backward graphs (the forward saves the batch size for the backward)."""
+    import copy
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    reference = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+    model = copy.deepcopy(reference)
+    compiled = torchmux.compile(model, backend="onnxruntime")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TorchmuxFallbackWarning)
+        for n in (4, 6, 9, 13):
+            x = torch.randn(n, 16)
+            reference(x).square().mean().backward()
+            compiled(x).square().mean().backward()
+            for p, q in zip(reference.parameters(), model.parameters()):
+                torch.testing.assert_close(q.grad, p.grad, atol=1e-5, rtol=1e-4)
+                p.grad = q.grad = None
