@@ -55,6 +55,7 @@ class GraphRunner:
         self._keyed = [i for i, kind in enumerate(ir.input_kinds) if kind == "input"]
         # a symbolic graph is decided per size range, each backend compiled once (shapes.py)
         self.symbolic = None if ir.is_static else SymbolicChooser(ir, config)
+        self._symbolic_eager: Measurement | None = None
 
     def __call__(self, *args: Any) -> list[Any]:
         sig = _signature(args, self._keyed)
@@ -156,7 +157,9 @@ class GraphRunner:
         decision, fn = self.symbolic.choose(sig, args, self._candidates(args))
         if decision is None or fn is None:
             failed = decision.measurements if decision is not None else self.symbolic.last_results
-            best = self._eager_fallback(args)
+            if self._symbolic_eager is None:  # one eager placement serves every size of the graph
+                self._symbolic_eager = self._eager_fallback(args)
+            best = self._symbolic_eager
             decision, fn = Decision(best, list(failed) + [best]), best.placement.fn  # type: ignore[union-attr]
             warnings.warn(
                 f"torchmux: graph {self.ir.name} at sizes {symbol_values(self.ir, args)}: no backend of "

@@ -14,7 +14,9 @@ signatures per graph and backend. Under ``backend="auto"`` static backends do no
 graphs: a specialization could serve only its own sizes, and a graph goes symbolic precisely because
 its sizes change (the first shape's static graph is raced by every backend). With static backends
 named by the user (and no symbolic one), each new signature is specialized up to the limit; past it
-the graph runs eagerly with a :class:`TorchmuxFallbackWarning` that says so and what to do.
+the graph runs eagerly with a :class:`TorchmuxFallbackWarning` that says so and what to do. A named
+backend with ``dynamic_shapes`` that fails to compile a particular symbolic graph (TVM's importer
+refuses some symbolic ops) is specialized the same way, bounded the same way.
 
 **Size ranges and representative sizes (the tuning rule).** A symbolic graph's sizes are grouped in
 power-of-two ranges per symbol: a value ``v`` belongs to range ``v.bit_length()``, so 1 | 2-3 | 4-7 |
@@ -70,21 +72,25 @@ def takes_symbolic(backend: Any) -> bool:
     return bool(getattr(backend, "dynamic_shapes", False))
 
 
-def specialize(ir: GraphIR, args: Sequence[Any]) -> GraphIR:
+def specialize(ir: GraphIR, args: Sequence[Any]) -> tuple[GraphIR, list[int]]:
     """The graph at the concrete sizes of ``args``: re-traced with real inputs, so every size is a number.
 
-    Integer inputs (the symbols' values) stay placeholders whose value is that integer; a static
-    backend treats them as constants of this specialization.
+    The integer inputs (the symbols' values) become constants of this specialization and leave the
+    signature: returns the static graph and the positions of ``args`` it takes (the tensors).
     """
     from torch.fx.experimental.proxy_tensor import make_fx
 
     gm = make_fx(ir.gm, tracing_mode="fake")(*args)
+    keep = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
     for node, arg in zip([n for n in gm.graph.nodes if n.op == "placeholder"], args):
-        if "val" not in node.meta:  # an integer input: its value, a constant of this specialization
-            node.meta["val"] = arg
+        if not isinstance(arg, torch.Tensor):
+            node.replace_all_uses_with(arg)  # type: ignore[arg-type]
+            gm.graph.erase_node(node)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
     keyed = [a for a, kind in zip(args, ir.input_kinds) if kind == "input"]
-    static = GraphIR(gm, ir.input_kinds, name=f"{ir.name}@{signature_text(keyed)}", phase=ir.phase)
-    return static.lint()
+    static = GraphIR(gm, [ir.input_kinds[i] for i in keep], name=f"{ir.name}@{signature_text(keyed)}", phase=ir.phase)
+    return static.lint(), keep
 
 
 def signature_text(args: Sequence[Any]) -> str:
@@ -145,9 +151,13 @@ class SymbolicChooser:
         if self.specialized.get(backend.name, 0) >= SPECIALIZE_LIMIT:
             raise RuntimeError(f"already specialized for {SPECIALIZE_LIMIT} signatures (its limit; it needs static shapes)")
         self.specialized[backend.name] = self.specialized.get(backend.name, 0) + 1
-        static = specialize(self.ir, args)
+        static, keep = specialize(self.ir, args)
         self.compiles[backend.name] = self.compiles.get(backend.name, 0) + 1
-        return build_placement(static, backend, args, mode=self.config.mode, options=self.config.options_for(backend.name))
+        placement = build_placement(static, backend, [args[i] for i in keep], mode=self.config.mode,
+                                    options=self.config.options_for(backend.name))
+        inner = placement.fn
+        placement.fn = lambda *a: inner(*[a[i] for i in keep])  # the integer inputs are constants of it
+        return placement
 
     def _tune(self, key: tuple, args: Sequence[Any], candidates: Sequence[Any]) -> tuple[Any, Any, Any]:
         import math
@@ -169,12 +179,21 @@ class SymbolicChooser:
         live = []
         own: dict[str, bool] = {}
         for b in candidates:
-            symbolic = takes_symbolic(b)
+            symbolic = takes_symbolic(b) and b.name not in self.failed
             try:
                 placement = self._symbolic_placement(b, args) if symbolic else self._static_placement(b, args)
             except Exception as e:
-                results.append(Measurement(b.name, math.inf, False, self.failed.get(b.name) or short_error(e)))
-                continue
+                reason = (self.failed.get(b.name) if symbolic else None) or short_error(e)
+                if symbolic and not config.auto:  # it cannot take this symbolic graph: specialize it instead
+                    try:
+                        placement = self._static_placement(b, args)
+                        symbolic = False
+                    except Exception as e2:
+                        results.append(Measurement(b.name, math.inf, False, f"{reason}; specialized: {short_error(e2)}"))
+                        continue
+                else:
+                    results.append(Measurement(b.name, math.inf, False, reason))
+                    continue
             m = Measurement(b.name, math.inf, False, "", placement.compile_seconds, placement)
             results.append(m)
             try:

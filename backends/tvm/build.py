@@ -98,7 +98,12 @@ def compile_graph(request: extend.CompileRequest) -> extend.CompiledGraph:
         info.library = str(lib_dir / f"{key}.so")
     else:
         t0 = time.perf_counter()
-        mod = relax.transform.FuseTransposeMatmul()(to_relax(ir, request.example_inputs))
+        mod = to_relax(ir, request.example_inputs)
+        try:
+            mod = relax.transform.FuseTransposeMatmul()(mod)
+        except Exception:  # noqa: BLE001 - a symbolic operand without a shape expression: leave it unfused
+            if ir.is_static:
+                raise
         if tuned:
             from .tuning import build_tuned
 
