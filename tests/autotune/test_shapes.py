@@ -15,6 +15,14 @@ from torchmux.core.errors import IRLintError, TorchmuxFallbackWarning
 from torchmux.core.registry import get_registry
 from torchmux.frontends.dynamo import TorchmuxDynamoBackend
 
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    """Dynamo caches graphs per code object (nn.Sequential.forward is shared by every test's model):
+    leave none of ours behind for the next test module."""
+    yield
+    torch._dynamo.reset()
+
+
 CAPTURE = """
 import torch
 from torchmux.frontends.dynamo import TorchmuxDynamoBackend
