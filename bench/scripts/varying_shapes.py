@@ -9,8 +9,8 @@ compile of the same model and runs the same sequence once, from its first call (
 tuning) to its last; the table shows the total seconds, the ratio to ``torch.compile`` on the same
 sequence (default options: Inductor, ``dynamic=None``), how many graphs each torchmux backend compiled
 (``Backend.compile`` calls; a graph a backend places in several regions counts once per region), and
-whether every call matched eager. The decision cache is a fresh temporary folder, so a remembered
-decision never hides the tuning cost. Timings on a shared machine are noisy: compare ratios within
+whether every call matched eager. The decision cache and Inductor's cache are fresh temporary
+folders, so nothing remembered hides a compile or a tuning. Timings on a shared machine are noisy: compare ratios within
 one run.
 """
 
@@ -100,6 +100,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=13)
     args = parser.parse_args()
     os.environ.setdefault("TORCHMUX_CACHE_DIR", tempfile.mkdtemp(prefix="torchmux-varying-"))
+    # Inductor's own on-disk cache too (torch.compile and torchmux's inductor both use it): cold for all
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="torchmux-varying-inductor-"))
     systems = args.systems.split(",")
     if "torch.compile" in systems:  # the reference first, so every other row has its ratio
         systems.remove("torch.compile")
