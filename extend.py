@@ -10,6 +10,8 @@ the built-ins.
   specifications: ``torchmux.core.hookspecs``).
 - The IR a backend is handed: :class:`GraphIR`, :class:`TensorSpec`, :func:`op_name` (the Core ATen
   name a claim is written in), :func:`spec_of`, :func:`node_float_dtypes`.
+- Symbolic graphs: :func:`export_program` (``torch.export`` with one ``Dim`` per symbol, tensor
+  inputs only: :func:`tensor_inputs`).
 - Claims: :func:`load_claims` reads the conformance suite's results (``python -m
   torchmux.testing.probe NAME --write claims.json``).
 - Environment probes that never import the library they ask about: :func:`package_version`,
@@ -41,9 +43,11 @@ from .core.backend import (
 from .core.hookspecs import hookimpl
 from .core.ir import GraphIR, TensorSpec, op_name, spec_of
 from .core.remote_cache import fetch_artifact, publish_artifact
+from .core.symbolic import export_program, size_outputs, tensor_inputs
 
 __all__ = [
-    "CONTRACT_VERSION", "Option", "kernel_count_of", "Availability", "Backend", "CompileRequest", "CompiledGraph", "GraphIR", "TensorSpec", "artifact_dir",
-    "atomic_write", "debug_dir", "fetch_artifact", "has_cuda", "hookimpl", "load_claims", "module_present", "node_float_dtypes",
-    "op_name", "package_version", "publish_artifact", "spec_of", "version_tuple",
+    "CONTRACT_VERSION", "Availability", "Backend", "CompileRequest", "CompiledGraph", "GraphIR", "Option", "TensorSpec",
+    "artifact_dir", "atomic_write", "debug_dir", "export_program", "fetch_artifact", "has_cuda", "hookimpl",
+    "kernel_count_of", "load_claims", "module_present", "node_float_dtypes", "op_name", "package_version",
+    "publish_artifact", "size_outputs", "spec_of", "tensor_inputs", "version_tuple",
 ]

@@ -18,7 +18,7 @@ from ..autotune.runner import GraphRunner
 from ..core import settings
 from ..core.config import CompileConfig, resolve
 from ..core.errors import BadArgumentError, FullGraphError
-from ..frontends.dynamo import TorchmuxDynamoBackend
+from ..frontends.dynamo import TorchmuxDynamoBackend, watch_recompile_limit
 
 
 def compile(
@@ -38,9 +38,12 @@ def compile(
       :class:`torchmux.Backend` object.
     - ``fullgraph=True``: raise :class:`FullGraphError` naming the break and its file:line instead of
       splitting the program.
-    - ``dynamic``: ``None`` or ``False`` specializes each graph to its input shapes (a new shape
-      recompiles, up to Dynamo's recompile limit), which every backend supports; ``True`` captures
-      symbolic shapes, which only backends with ``dynamic_shapes`` (eager, inductor) accept.
+    - ``dynamic``: as torch.compile's. ``None`` (default): static on the first shape; when a dimension
+      changes, Dynamo captures the graph again with it symbolic, and that graph serves every size.
+      ``True``: symbolic from the start; ``False``: a new shape recompiles (up to Dynamo's recompile
+      limit). ``torch._dynamo.mark_dynamic`` is honoured. Backends with ``dynamic_shapes`` (``torchmux
+      list``) compile a symbolic graph once; the others are specialized per size, bounded
+      (autotune/shapes.py).
     - ``mode``: as torch.compile's; ``"max-autotune"`` lets backends tune (TVM MetaSchedule, Inductor).
     - ``options``: torchmux's own (``verify``, ``autotune_budget``) and per-backend options written
       ``{"onnxruntime.providers": [...]}`` or ``{"onnxruntime": {"providers": [...]}}``.
@@ -63,11 +66,12 @@ def compile(
 
     config = resolve(backend, mode, options)
     settings.REMOTE_CACHE.get()  # a malformed TORCHMUX_REMOTE_CACHE is refused here, not at the first call
+    watch_recompile_limit()  # Dynamo's silent switch to eager past its limit becomes a warning
     if config.get("mend"):  # remove graph breaks from the source first (frontends/mend/)
         from ..frontends.mend import mend, scoped
 
         model, _ = mend(model)
-    compiled = torch.compile(model, backend=shared_backend(config), fullgraph=fullgraph, dynamic=bool(dynamic))
+    compiled = torch.compile(model, backend=shared_backend(config), fullgraph=fullgraph, dynamic=dynamic)
     if config.get("mend") and isinstance(compiled, torch.nn.Module):
         compiled.forward = scoped(compiled.forward)  # Dynamo's switches, scoped to each call
     elif config.get("mend"):

@@ -28,6 +28,7 @@ from . import decisions as cache
 from . import distributed, progress
 
 from .placement import build_placement
+from .shapes import SymbolicChooser, describe_range, size_range, symbol_values
 from .split import Plan, build_split, try_split
 from .tuner import Decision, Measurement, choose, measure
 
@@ -56,6 +57,9 @@ class GraphRunner:
         self._fns: dict[tuple, Any] = {}
         self._lock = threading.Lock()
         self._keyed = [i for i, kind in enumerate(ir.input_kinds) if kind == "input"]
+        # a symbolic graph is decided per size range, each backend compiled once (shapes.py)
+        self.symbolic = None if ir.is_static else SymbolicChooser(ir, config)
+        self._symbolic_eager: Measurement | None = None
 
     def __call__(self, *args: Any) -> list[Any]:
         sig = _signature(args, self._keyed)
@@ -92,12 +96,12 @@ class GraphRunner:
         for b in self.config.backends:
             if not b.supports_device(device):
                 continue
-            if not self.ir.is_static and not getattr(b, "dynamic_shapes", False):
-                continue
-            out.append(b)
+            out.append(b)  # a symbolic graph: static-only backends are specialized, bounded (shapes.py)
         return out
 
     def _decide(self, sig: tuple, args: Sequence[Any]) -> Any:
+        if self.symbolic is not None:
+            return self._decide_symbolic(sig, args)
         config = self.config
         candidates = self._candidates(args)
         registry = get_registry()
@@ -178,6 +182,29 @@ class GraphRunner:
                       TorchmuxFallbackWarning, stacklevel=3)
         best = self._eager_fallback(args)
         return Decision(best, [best])
+
+    def _decide_symbolic(self, sig: tuple, args: Sequence[Any]) -> Any:
+        assert self.symbolic is not None
+        decision, fn = self.symbolic.choose(sig, args, self._candidates(args))
+        if decision is None or fn is None:
+            failed = decision.measurements if decision is not None else self.symbolic.last_results
+            if self._symbolic_eager is None:  # one eager placement serves every size of the graph
+                self._symbolic_eager = self._eager_fallback(args)
+            best = self._symbolic_eager
+            decision, fn = Decision(best, list(failed) + [best]), best.placement.fn  # type: ignore[union-attr]
+            warnings.warn(
+                f"torchmux: graph {self.ir.name} at sizes {symbol_values(self.ir, args)}: no backend of "
+                f"{self.config.names} ran it ({'; '.join(f'{m.backend} {m.reason}' for m in failed if not m.ok) or 'none runs here'}). "
+                "Running it eagerly; a backend with dynamic_shapes (torchmux list) compiles it once for every size.",
+                TorchmuxFallbackWarning, stacklevel=3,
+            )
+        if settings.VERBOSE.get():
+            key = describe_range(size_range(symbol_values(self.ir, args)))
+            print(f"[torchmux] {self.ir.name} ({key}): "
+                  + " | ".join(m.summary for m in decision.measurements) + f" -> {decision.backend}", file=sys.stderr)
+        self.decisions[sig] = decision
+        self._fns[sig] = fn
+        return fn
 
     def _remembered(self, sig: tuple, candidates: list, args: Sequence[Any],
                     record: dict[str, Any] | None = None) -> Decision | None:

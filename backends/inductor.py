@@ -45,13 +45,29 @@ class InductorBackend(extend.Backend):
             config_patches.update(max_autotune=True)
         config_patches.update(request.options)
         gm = _views_as_reshapes(request.ir.gm)
-        compiled: Callable[..., Sequence[torch.Tensor]] = compile_fx.compile_fx(  # type: ignore[assignment]  # typed as a union of its modes' results; this mode returns the callable
-            gm, list(request.example_inputs), config_patches=config_patches)
+        compiled: Callable[..., Sequence[torch.Tensor]]
+        if request.ir.is_static:
+            compiled = compile_fx.compile_fx(  # type: ignore[assignment]  # typed as a union of its modes' results; this mode returns the callable
+                gm, list(request.example_inputs), config_patches=config_patches)
+        else:  # symbolic: compile for the graph's symbols (its fake values), not the first call's sizes
+            compiled = _compile_symbolic(gm, request.ir, config_patches)
 
         def run(*args: torch.Tensor) -> list[torch.Tensor]:
             return list(compiled(*args))
 
         return run
+
+
+def _compile_symbolic(gm: torch.fx.GraphModule, ir: extend.GraphIR, config_patches: dict) -> object:
+    """Inductor over a symbolic graph: the placeholders' fake values (sizes ``s0``...) are the example
+    inputs, under their own fake mode and shape environment, so one kernel serves every size."""
+    from torch._guards import TracingContext, detect_fake_mode, tracing
+    from torch._inductor import compile_fx
+
+    fakes = [n.meta["val"] for n in ir.placeholders]
+    fake_mode = detect_fake_mode(fakes)
+    with tracing(TracingContext(fake_mode)), fake_mode:
+        return compile_fx.compile_fx(gm, fakes, config_patches=config_patches)
 
 
 def _views_as_reshapes(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

@@ -121,7 +121,9 @@ class Backend:
     package: str | None = None
     #: one line for ``torchmux list``
     description: str = ""
-    #: whether it accepts graphs with symbolic shapes (compile(dynamic=True))
+    #: whether it takes symbolic graphs (core/ir.py, "Symbolic dimensions"): one compile must then run
+    #: every size the graph's symbols take, reading them from the call's arguments. False: torchmux
+    #: hands it static graphs only, specializing a symbolic one per size, bounded (autotune/shapes.py)
     dynamic_shapes: bool = False
     #: whether "auto" may pick it without the user naming it
     auto: bool = True

@@ -40,6 +40,18 @@ fingerprints of control-flow branches. It does not see
 weight values, node names or the Python process, so it is stable across processes and keys every
 on-disk cache. Small constant tensors embedded as ``get_attr`` (not weights) are hashed by value.
 
+**Symbolic dimensions.** A graph captured with dynamic shapes (``dynamic=True``, or ``dynamic=None``
+after a dimension changed, or ``torch._dynamo.mark_dynamic``) has sizes that are SymInts. A
+dimension is then a *symbol* (``s0``) or an expression of symbols (``2*s0``); :class:`TensorSpec`
+holds it as its string, and the printed form shows it bare (``f32[s0, 16]``). A symbol's value
+arrives as an integer placeholder (``arg0: SymInt(s0) input``) as well as in the tensors' sizes.
+:attr:`GraphIR.symbols` maps each symbol to :class:`Symbol`: the range Dynamo's ShapeEnv proved
+(``var_to_range``; Dynamo specializes 0 and 1, so a batch symbol starts at 2) and the guards it holds
+on it. ``lint()`` checks that every symbol used in a spec is defined by an input (a placeholder's
+size or value): a backend can always read each size from its arguments. The fingerprint hashes the
+symbols' names and ranges with the specs (names come from Dynamo's sources, so they are the same in
+every process).
+
 **Backward.** Graphs come from AOTAutograd, so a training step yields a forward and a backward graph,
 both normalized the same way; :attr:`GraphIR.phase` says which.
 
@@ -86,7 +98,8 @@ class TensorSpec:
         return all(isinstance(d, int) for d in self.shape)
 
     def short(self) -> str:
-        return f"{_DTYPE_ABBR.get(self.dtype, str(self.dtype).replace('torch.', ''))}{list(self.shape)}"
+        dims = ", ".join(str(d) for d in self.shape)
+        return f"{_DTYPE_ABBR.get(self.dtype, str(self.dtype).replace('torch.', ''))}[{dims}]"
 
     def key(self) -> str:
         return f"{self.dtype}|{self.device}|{self.shape}|{self.stride}"
@@ -134,6 +147,49 @@ def _is_sym_helper(target: Any) -> bool:
     return mod in ("_operator", "operator", "math") or getattr(target, "__name__", "").startswith("sym_") or (
         "torch.fx.experimental.sym_node" in mod
     )
+
+
+@dataclass(frozen=True)
+class Symbol:
+    """A symbolic dimension: its name, the range of values Dynamo proved for it (``hi`` None: unbounded),
+    and the guards Dynamo holds that mention it (as text)."""
+
+    name: str
+    lo: int
+    hi: int | None
+    guards: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return f"{self.name} in [{self.lo}, {'inf' if self.hi is None else self.hi}]"
+
+
+def _symbols_of(value: Any) -> set[str]:
+    out: set[str] = set()
+    for v in value if isinstance(value, (tuple, list)) else [value]:
+        sizes = list(v.shape) + list(v.stride()) if isinstance(v, torch.Tensor) else [v] if isinstance(v, torch.SymInt) else []
+        for d in sizes:
+            if isinstance(d, torch.SymInt):
+                out.update(str(s) for s in d.node.expr.free_symbols)
+    return out
+
+
+def _symbol_info(size: torch.SymInt, name: str) -> Symbol:
+    env = size.node.shape_env
+    sym = next((s for s in size.node.expr.free_symbols if str(s) == name), None)
+    r = env.var_to_range.get(sym) if sym is not None else None
+    lo, hi = 0, None
+    if r is not None:
+        try:
+            lo = int(r.lower)
+        except (TypeError, ValueError, OverflowError, AttributeError):
+            lo = 0
+        try:
+            hi = int(r.upper)
+            hi = hi if hi < 2**62 else None
+        except (TypeError, ValueError, OverflowError, AttributeError):
+            hi = None
+    guards = tuple(sorted(str(g.expr) for g in getattr(env, "guards", []) if name in {str(s) for s in g.expr.free_symbols}))
+    return Symbol(name, lo, hi, guards)
 
 
 class GraphIR:
@@ -196,6 +252,20 @@ class GraphIR:
             isinstance(n.meta.get("val"), torch.Tensor) for n in self.placeholders
         )
 
+    @property
+    def symbols(self) -> dict[str, Symbol]:
+        """Each symbolic dimension the inputs define, with its range and guards (empty when static)."""
+        out: dict[str, Symbol] = {}
+        for n in self.placeholders:
+            val = n.meta.get("val")
+            sizes = [val] if isinstance(val, torch.SymInt) else list(val.shape) if isinstance(val, torch.Tensor) else []
+            for d in sizes:
+                if isinstance(d, torch.SymInt):
+                    for name in sorted(str(s) for s in d.node.expr.free_symbols):
+                        if name not in out:
+                            out[name] = _symbol_info(d, name)
+        return out
+
     def op_counts(self) -> Counter[str]:
         return Counter(op_name(n) for n in self.op_nodes)
 
@@ -203,12 +273,20 @@ class GraphIR:
     def lint(self) -> GraphIR:
         """Check the invariants of the module docstring; raise IRLintError naming the node that breaks one."""
         self.graph.lint()
+        defined = set(self.symbols)
         for node in self.graph.nodes:
             where = f"{self.name}: node {node.format_node()}"
             if node.op in ("call_module", "call_method"):
                 raise IRLintError(f"{where}: {node.op} nodes are not allowed; normalize to ATen ops first")
             if node.op == "placeholder" and "val" not in node.meta:
                 raise IRLintError(f"{where}: has no meta['val'] (every value must carry its spec)")
+            unknown = _symbols_of(node.meta.get("val")) - defined
+            # a data-dependent size (u0: nonzero, .item()) is defined by the op that makes it
+            defined |= {u for u in unknown if u.startswith("u")}
+            unknown -= defined
+            if unknown and node.op != "get_attr":
+                raise IRLintError(f"{where}: uses symbolic size(s) {sorted(unknown)} that no input defines "
+                                  f"(inputs define {sorted(defined) or 'none'}); a backend could not know their value")
             if node.op != "call_function":
                 continue
             target = node.target
@@ -265,6 +343,7 @@ class GraphIR:
                 h.update("|".join(parts).encode())
                 h.update(b"\n")
             h.update(("kinds:" + ",".join(self.input_kinds) + "|" + self.phase).encode())
+            h.update(("symbols:" + ",".join(str(s) for s in self.symbols.values())).encode())
             self._fingerprint = h.hexdigest()[:32]
         return self._fingerprint
 
@@ -283,6 +362,8 @@ class GraphIR:
                 return spec.short()
             if isinstance(val, (tuple, list)):
                 return "(" + ", ".join(ann(v) for v in val) + ")"
+            if isinstance(val, torch.SymInt):
+                return f"SymInt({val.node.expr})"
             return type(val).__name__ if val is not None else "?"
 
         head = ", ".join(

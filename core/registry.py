@@ -47,6 +47,7 @@ class BackendInfo:
     plugin: str
     package: str
     description: str = ""
+    dynamic_shapes: bool = False  # takes symbolic graphs (one compile serves every size)
 
 
 @dataclass
@@ -189,7 +190,7 @@ class Registry:
                 version = "?"
             rows.append(BackendInfo(
                 name, version, tuple(e.backend.devices), avail.ok, avail.reason, e.plugin, e.package,
-                getattr(e.backend, "description", ""),
+                getattr(e.backend, "description", ""), bool(getattr(e.backend, "dynamic_shapes", False)),
             ))
         for p in self.problems:
             rows.append(BackendInfo(f"({p.plugin})", "?", (), False, f"plugin broken: {p.error}", p.plugin, p.package))
@@ -261,9 +262,10 @@ def register_plugin(plugin: Any, name: str | None = None) -> None:
 
 
 def format_backends(rows: list[BackendInfo]) -> str:
-    header = ("backend", "version", "devices", "available", "plugin (package)", "why not / what")
+    header = ("backend", "version", "devices", "available", "dynamic", "plugin (package)", "why not / what")
     table = [header] + [
         (r.name, r.version, ",".join(r.devices) or "-", "yes" if r.available else "no",
+         "yes" if r.dynamic_shapes else "-",
          f"{r.plugin} ({r.package})", " ".join((r.reason or r.description).split()))
         for r in rows
     ]

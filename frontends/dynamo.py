@@ -120,3 +120,45 @@ class TorchmuxDynamoBackend:
                 TorchmuxFallbackWarning, stacklevel=2,
             )
             return gm.forward
+
+
+class _RecompileLimitWatch:
+    """Turns Dynamo's "hit config.recompile_limit" log line into a TorchmuxFallbackWarning.
+
+    Past the limit Dynamo runs the function eagerly from then on, and says so only in its log. The
+    warning names the function (the graph's code), the last guard that failed (the dimension that
+    changed) and what to do.
+    """
+
+    installed = False
+
+    @classmethod
+    def install(cls) -> None:
+        import logging
+
+        if cls.installed:
+            return
+        cls.installed = True
+
+        class Handler(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                text = str(record.msg)
+                if "hit config." not in text or not record.args:
+                    return
+                try:
+                    limit, value, function, reason = record.args[:4]  # type: ignore[index, misc]
+                except (TypeError, ValueError):
+                    return
+                warnings.warn(
+                    f"torchmux: Dynamo hit torch._dynamo.config.{limit} ({value}) on {function}; the last change "
+                    f"was: {str(reason).strip()}. From now on that function runs eagerly, not compiled. "
+                    f"If its shapes keep changing, compile with dynamic=True (or torch._dynamo.mark_dynamic the "
+                    f"input's dimension) so one graph serves every size, or raise torch._dynamo.config.{limit} "
+                    "(torch._dynamo.config.cache_size_limit in older torch).",
+                    TorchmuxFallbackWarning, stacklevel=2,
+                )
+
+        logging.getLogger("torch._dynamo.convert_frame").addHandler(Handler(logging.WARNING))
+
+
+watch_recompile_limit = _RecompileLimitWatch.install

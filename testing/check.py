@@ -36,3 +36,62 @@ def check(backend: Backend, ir: GraphIR, inputs: Sequence[torch.Tensor], tol: fl
     placement = build_placement(ir, backend, inputs, mode=None, options={})
     out = placement.fn(*inputs)
     return mismatch(out, reference, scale=tol)
+
+
+def grown(inputs: Sequence[torch.Tensor], by: int = 3) -> list[torch.Tensor]:
+    """The inputs at a second size: every dimension equal to the first input's first dimension grows
+    by ``by`` (in every input alike, so shapes that agreed still agree); values are drawn afresh the
+    same way (integer inputs keep their range)."""
+    size = inputs[0].shape[0] if inputs and inputs[0].dim() else None
+    gen = torch.Generator().manual_seed(1)
+    out = []
+    for t in inputs:
+        shape = [d + by if d == size else d for d in t.shape]
+        if t.dtype.is_floating_point:
+            new = torch.randn(shape, generator=gen).to(t.dtype)
+            new = new.abs() + 0.5 if bool((t > 0).all()) else new
+        elif t.dtype == torch.bool:
+            new = torch.randint(0, 2, shape, generator=gen).bool()
+        else:
+            new = torch.randint(int(t.min()), int(t.max()) + 1, shape, generator=gen).to(t.dtype)
+        out.append(new.to(t.device))
+    return out
+
+
+def symbolic_calls(fn: Callable[..., Any], sizes: Sequence[Sequence[torch.Tensor]], name: str) -> tuple[GraphIR, list[list[Any]]]:
+    """Capture ``fn`` once with symbolic shapes (Dynamo, ``dynamic=True``) and call it at each of
+    ``sizes``: the symbolic graph and the graph's own arguments at each size."""
+    from ..frontends.dynamo import TorchmuxDynamoBackend
+
+    graphs: list[GraphIR] = []
+    calls: list[list[Any]] = []
+
+    def place(ir: GraphIR) -> Callable[..., Any]:
+        graphs.append(ir)
+
+        def run(*args: Any) -> list[Any]:
+            calls.append(list(args))
+            return ir.run_reference(*args)
+
+        return run
+
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend=TorchmuxDynamoBackend(place), dynamic=True, fullgraph=True)
+    with torch.no_grad():
+        for inputs in sizes:
+            compiled(*inputs)
+    if len(graphs) != 1 or graphs[0].is_static or len(calls) != len(sizes):
+        raise ValueError(f"{name}: not one symbolic graph for {len(sizes)} sizes ({len(graphs)} graphs)")
+    graphs[0].name = name
+    return graphs[0], calls
+
+
+def check_sizes(backend: Backend, ir: GraphIR, calls: Sequence[Sequence[Any]], tol: float = 1.0) -> str | None:
+    """Compile the symbolic ``ir`` on ``backend`` once (at the first call's sizes) and run every call
+    through that one compiled graph: None if each answer is right."""
+    placement = build_placement(ir, backend, calls[0], mode=None, options={})
+    for args in calls:
+        wrong = mismatch(placement.fn(*args), ir.run_reference(*args), scale=tol)
+        if wrong:
+            return f"at sizes {[tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args]}: {wrong}"
+    return None

@@ -63,6 +63,7 @@ def usable_providers() -> tuple[str, ...]:
 
 class OnnxRuntimeBackend(extend.Backend):
     name = "onnxruntime"
+    dynamic_shapes = True  # dynamic axes: one session serves every size of a symbolic graph
     devices = ("cpu", "cuda")
     package = installed_distribution()
     dtypes = (torch.float32, torch.float16)
@@ -101,9 +102,6 @@ class OnnxRuntimeBackend(extend.Backend):
         for v in values:
             for t in v if isinstance(v, (tuple, list)) else [v]:
                 spec = spec_of(t)
-                # a session has static shapes: symbolic dimensions are left to other backends
-                if spec is not None and not spec.is_static:
-                    return False
                 # IOBinding describes memory with NumPy's element types: none for bfloat16 or complex
                 if spec is not None and (spec.dtype == torch.bfloat16 or spec.dtype.is_complex):
                     return False

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from torchmux.extend import GraphIR
+from torchmux.extend import GraphIR, export_program, size_outputs, tensor_inputs
 
 EXPORT_FORMAT = 3  # bump whenever export_onnx changes what it writes: old cache entries then miss
 # 20 is the first opset with a Gelu op; at 18 (torchlib's default) GELU is five elementwise ops
@@ -57,7 +57,7 @@ def export_onnx(ir: GraphIR, example_inputs: Sequence[Any]) -> bytes:
     except Exception as fast_error:
         try:
             program = torch.onnx.export(
-                torch.export.export(ir.gm, args, strict=False), (), dynamo=True,
+                export_program(ir, args), (), dynamo=True,
                 optimize=False, verify=False, report=False, verbose=False, opset_version=OPSET,
             )
         except Exception as e:
@@ -67,7 +67,7 @@ def export_onnx(ir: GraphIR, example_inputs: Sequence[Any]) -> bytes:
             ) from e
     model = program.model_proto
     tensors = len(tensor_outputs(ir))
-    if len(model.graph.input) != len(ir.placeholders) or len(model.graph.output) != tensors:
+    if len(model.graph.input) != len(tensor_inputs(ir)) or len(model.graph.output) != tensors:
         raise RuntimeError(
             f"the ONNX model of graph {ir.name} has {len(model.graph.input)} inputs and {len(model.graph.output)} "
             f"outputs; the graph has {len(ir.placeholders)} inputs and {tensors} tensor outputs"
@@ -130,7 +130,7 @@ def _export_fast(ir: GraphIR, args: tuple[Any, ...]) -> Any:
     from torch.onnx._internal.exporter import _core, _fx_passes
 
     registry = _onnx_registry()
-    program = torch.export.export(ir.gm, args, strict=False)
+    program = export_program(ir, args)
     _fx_passes.insert_type_promotion_nodes(program.graph_module)  # ONNX has no implicit type promotion
     return _core._exported_program_to_onnx_program(program, registry=registry)
 
@@ -139,8 +139,9 @@ def tensor_outputs(ir: GraphIR) -> list[int]:
     """Positions of the graph's tensor outputs; the others are None (a backward graph's gradient of an
     input that needs none), which the ONNX model leaves out and the compiled graph returns as None."""
     positions = []
+    sizes = size_outputs(ir)
     for i, out in enumerate(ir.outputs):
-        if out is None:
+        if out is None or i in sizes:  # a size (symbolic graphs) is computed from the call's sizes
             continue
         if not isinstance(out, torch.fx.Node):
             raise NotImplementedError(f"graph {ir.name} returns {out!r} (output {i}); onnxruntime returns tensors only")

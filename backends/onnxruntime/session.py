@@ -45,6 +45,7 @@ from torchmux.extend import (
 
 from . import CPU, CUDA, OPTIONS, TENSORRT, usable_providers
 from .export import EXPORT_FORMAT, IR_VERSION, OPSET, export_onnx, tensor_outputs
+from torchmux.extend import tensor_inputs
 
 # torch dtype -> (NumPy element type for IOBinding, ONNX Runtime's type string)
 _TYPES: dict[torch.dtype, tuple[type, str]] = {
@@ -189,7 +190,8 @@ class OrtGraph:
         self.providers = session.get_providers()
         self.folder, self.cache_hit, self.export_seconds = folder, cache_hit, export_seconds
         self.device = device
-        self._inputs = _check_io("input", session.get_inputs(), ir.input_specs)
+        self._tensor_args = None if ir.is_static else tensor_inputs(ir)  # a symbolic graph's ints stay here
+        self._inputs = _check_io("input", session.get_inputs(), [ir.input_specs[i] for i in tensor_inputs(ir)])
         positions = tensor_outputs(ir)
         self._outputs = _check_io("output", session.get_outputs(), [ir.output_specs[i] for i in positions])
         self._slots: list[int | None] = [None] * len(ir.outputs)  # graph output -> index among tensor outputs
@@ -205,11 +207,21 @@ class OrtGraph:
         # the CUDA stream the session runs on (torch's current stream when it was created)
         cuda_opts = dict(session.get_provider_options()).get(CUDA, {})
         self._stream = int(cuda_opts.get("user_compute_stream", 0) or 0) if device.type == "cuda" else None
+        self._sizes = None if ir.is_static else _size_sources(ir)
+        self._size_outputs = extend.size_outputs(ir)  # position -> expression of the call's sizes
 
     def __call__(self, *args: torch.Tensor) -> list[torch.Tensor | None]:  # a backward graph's outputs hold None
-        # a session has static shapes (supports() leaves symbolic ones to other backends)
-        outs = [torch.empty(spec.shape, dtype=spec.dtype, device=self.device)  # type: ignore[arg-type]
-                for _, _, spec in self._outputs]
+        if self._tensor_args is None:
+            outs = [torch.empty(spec.shape, dtype=spec.dtype, device=self.device) for _, _, spec in self._outputs]
+        else:  # dynamic axes: each output's sizes from this call's input sizes
+            values = {name: int(args[i]) if d is None else int(args[i].shape[d]) for name, (i, d) in self._sizes.items()}  # type: ignore[union-attr]
+            outs = [torch.empty([_size(x, values) for x in spec.shape], dtype=spec.dtype, device=self.device)
+                    for _, _, spec in self._outputs]
+            args = tuple(args[i] for i in self._tensor_args)  # type: ignore[assignment]
+            if self._size_outputs:
+                self.run_into(args, outs)
+                return [_size(self._size_outputs[k], values) if k in self._size_outputs else None if j is None else outs[j]
+                        for k, j in enumerate(self._slots)]
         self.run_into(args, outs)
         return [None if j is None else outs[j] for j in self._slots]
 
@@ -303,14 +315,14 @@ def _check_io(kind: str, args: Sequence[Any], specs: Sequence[TensorSpec | None]
         raise RuntimeError(f"the ONNX model has {len(args)} {kind}s; the graph has {len(specs)}")
     out = []
     for i, (arg, spec) in enumerate(zip(args, specs)):
-        if spec is None or not spec.is_static:
-            raise NotImplementedError(f"graph {kind} {i} is not a tensor of static shape; onnxruntime compiles static shapes only")
+        if spec is None:
+            raise NotImplementedError(f"graph {kind} {i} is not a tensor")
         if spec.dtype not in _TYPES:
             raise NotImplementedError(f"graph {kind} {i} has dtype {spec.dtype}, which IOBinding cannot describe")
         np_type, ort_type = _TYPES[spec.dtype]
         shape = [d if isinstance(d, int) else None for d in arg.shape]
         if arg.type != ort_type or (len(shape) != len(spec.shape)) or any(
-            d is not None and d != s for d, s in zip(shape, spec.shape)
+            d is not None and isinstance(s, int) and d != s for d, s in zip(shape, spec.shape)
         ):
             raise RuntimeError(
                 f"the ONNX model's {kind} {i} ({arg.name}) is {arg.type}{arg.shape}; the graph says "
@@ -320,10 +332,33 @@ def _check_io(kind: str, args: Sequence[Any], specs: Sequence[TensorSpec | None]
     return out
 
 
+def _size_sources(ir: GraphIR) -> dict[str, tuple[int, int | None]]:
+    """Where each symbol's value is in a call's arguments: (input position, dimension), or (position,
+    None) for an integer input."""
+    out: dict[str, tuple[int, int | None]] = {}
+    for i, node in enumerate(ir.placeholders):
+        val = node.meta.get("val")
+        if isinstance(val, torch.SymInt) and getattr(val.node.expr, "is_Symbol", False):
+            out.setdefault(str(val.node.expr), (i, None))
+        elif isinstance(val, torch.Tensor):
+            for d, size in enumerate(val.shape):
+                if isinstance(size, torch.SymInt) and getattr(size.node.expr, "is_Symbol", False):
+                    out.setdefault(str(size.node.expr), (i, d))
+    return out
+
+
+def _size(dim: int | str, values: dict[str, int]) -> int:
+    if isinstance(dim, int):
+        return dim
+    if dim in values:
+        return values[dim]
+    import sympy  # an expression of the symbols (2*s0, s0 + s1): rare; evaluate it
+
+    return int(sympy.sympify(dim).subs(values))
+
+
 def compile_graph(request: extend.CompileRequest) -> OrtGraph:
     ir = request.ir
-    if not ir.is_static:
-        raise NotImplementedError("onnxruntime compiles static shapes only; compile with dynamic=False")
     providers = _provider_list(request)
     device = _device(request.example_inputs)
     folder = _cache_dir(ir, providers)

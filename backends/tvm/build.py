@@ -81,8 +81,6 @@ class BuildInfo:
 
 def compile_graph(request: extend.CompileRequest) -> extend.CompiledGraph:
     ir, opts = request.ir, _options(request.options)
-    if not ir.is_static:
-        raise ValueError(f"{ir.name}: tvm builds graphs with static shapes only; compile with dynamic=False")
     device = _device_of(request.example_inputs)
     target = target_for(device, opts["target"])
     tuned = request.mode in ("max-autotune", "max-autotune-no-cudagraphs")
@@ -96,7 +94,12 @@ def compile_graph(request: extend.CompileRequest) -> extend.CompiledGraph:
         info.library = str(lib_dir / f"{key}.so")
     else:
         t0 = time.perf_counter()
-        mod = relax.transform.FuseTransposeMatmul()(to_relax(ir, request.example_inputs))
+        mod = to_relax(ir, request.example_inputs)
+        try:
+            mod = relax.transform.FuseTransposeMatmul()(mod)
+        except Exception:  # noqa: BLE001 - a symbolic operand without a shape expression: leave it unfused
+            if ir.is_static:
+                raise
         if tuned:
             from .tuning import build_tuned
 
@@ -106,7 +109,8 @@ def compile_graph(request: extend.CompileRequest) -> extend.CompiledGraph:
         info.build_seconds = time.perf_counter() - t0
         if opts["cache"]:
             info.cache = _store(lib_dir, key, executable, ir, info)
-    return _runner(executable, device, info, len(ir.outputs))
+    positions = None if ir.is_static else extend.tensor_inputs(ir)  # symbolic: Relax reads sizes from tensors
+    return _runner(executable, device, info, len(ir.outputs), positions)
 
 
 def _options(given: Any) -> dict[str, Any]:
@@ -123,9 +127,9 @@ def _device_of(inputs: Sequence[Any]) -> torch.device:
     devices = {t.device for t in inputs if isinstance(t, torch.Tensor)}
     if len(devices) > 1:
         raise ValueError(f"tvm runs a graph on one device; its inputs are on {sorted(map(str, devices))}")
-    bad = [type(t).__name__ for t in inputs if not isinstance(t, torch.Tensor)]
-    if bad:
-        raise ValueError(f"tvm takes tensor inputs only; this graph also takes {bad} (symbolic shapes are not supported)")
+    bad = [type(t).__name__ for t in inputs if not isinstance(t, (torch.Tensor, int))]
+    if bad:  # an integer is a symbolic graph's size, read from the tensors' shapes
+        raise ValueError(f"tvm takes tensors (and a symbolic graph's sizes) only; this graph also takes {bad}")
     return devices.pop() if devices else torch.device("cpu")
 
 
@@ -183,10 +187,11 @@ class _AtenProgram(torch.nn.Module):
 def to_relax(ir: extend.GraphIR, example_inputs: Sequence[torch.Tensor]) -> tvm.IRModule:
     from tvm.relax.frontend.torch import from_exported_program
 
-    args = tuple(t.detach().contiguous() for t in example_inputs)
+    args = tuple(t.detach().contiguous() if isinstance(t, torch.Tensor) else t for t in example_inputs)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.export's and TVM's deprecation notices
-        program = torch.export.export(_AtenProgram(_without_empty_cat_inputs(ir.gm)), args, strict=False)
+        # a symbolic graph keeps its symbols (torch.export Dims): Relax gets symbolic shapes, one build serves every size
+        program = extend.export_program(ir, args, wrap=lambda gm: _AtenProgram(_without_empty_cat_inputs(gm)))
         return from_exported_program(program, custom_convert_map=_EXTRA_CONVERTERS)
 
 
@@ -288,13 +293,16 @@ def _store(lib_dir: Path, key: str, executable: Any, ir: extend.GraphIR, info: B
 # ------------------------------------------------------------------------------------------------
 
 
-def _runner(executable: Any, device: torch.device, info: BuildInfo, n_outputs: int) -> extend.CompiledGraph:
+def _runner(executable: Any, device: torch.device, info: BuildInfo, n_outputs: int,
+            tensors: list[int] | None = None) -> extend.CompiledGraph:
     dev = tvm.cuda(device.index or 0) if device.type == "cuda" else tvm.cpu(0)
     main = relax.VirtualMachine(executable, dev)["main"]
     to_tvm, to_torch = tvm.runtime.from_dlpack, torch.from_dlpack
     lock = threading.Lock()  # one VM, one call at a time
 
     def run(*args: torch.Tensor) -> list[torch.Tensor]:
+        if tensors is not None:  # a symbolic graph's integer inputs: the VM reads them from the tensors' shapes
+            args = tuple(args[i] for i in tensors)
         # TVM takes compact tensors only; contiguous() is free for the usual (already compact) input
         tvm_args = [to_tvm(a if a.is_contiguous() else a.contiguous()) for a in args]
         with lock:

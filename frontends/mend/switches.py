@@ -41,6 +41,11 @@ class switches:
         if not cfg.capture_dynamic_output_shape_ops:
             saved.append(("capture_dynamic_output_shape_ops", False))
             cfg.capture_dynamic_output_shape_ops = True
+        # sizes become symbolic when they change (dynamic=None), Python floats stay constants: a symbolic
+        # float breaks torch.cond's operands in torch 2.13 and no backend but eager and Inductor takes one
+        if not cfg.specialize_float:
+            saved.append(("specialize_float", False))
+            cfg.specialize_float = True
         logging_fns = cfg.reorderable_logging_functions
         if rt.deferred not in logging_fns:
             saved.append(("reorderable_logging_functions", logging_fns))

@@ -232,10 +232,10 @@ def test_cache_key_changes_with_providers(cache_dir: Path) -> None:
 
 # ------------------------------------------------------------------------------------- shapes
 def test_new_shape_exports_a_new_graph(cache_dir: Path, measured: list) -> None:
-    """Graphs are specialized per shape: a new batch size is a new graph, exported and cached once."""
+    """With dynamic=False graphs are specialized per shape: a new batch size is a new graph, exported and cached once."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)).eval()
-    compiled = torchmux.compile(model, backend="onnxruntime")
+    compiled = torchmux.compile(model, backend="onnxruntime", dynamic=False)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("error", torchmux.TorchmuxFallbackWarning)
         for batch in (4, 6, 4):

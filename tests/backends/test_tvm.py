@@ -158,11 +158,11 @@ def test_disk_cache_hit_in_a_new_process(cache_dir: Path) -> None:
 
 # ------------------------------------------------------------------------------------- shapes
 def test_new_shape_builds_a_new_library(cache_dir: Path, measured: list) -> None:
-    """Graphs are specialized per shape (compile(dynamic=None)): each batch size is its own graph,
+    """Graphs are specialized per shape (compile(dynamic=False)): each batch size is its own graph,
     fingerprint and cached library; a shape seen before reuses its build."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)).eval()
-    compiled = torchmux.compile(model, backend="tvm")
+    compiled = torchmux.compile(model, backend="tvm", dynamic=False)
     start = len(measured)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("error", torchmux.TorchmuxFallbackWarning)

@@ -89,3 +89,55 @@ def test_claims_come_from_the_suite(backend_name: str) -> None:
 def test_suite_covers_at_least_60_ops() -> None:
     assert len(CASES_BY_OP) >= 60
     assert {c.family for c in CASES} >= {"pointwise", "reduction", "matmul", "conv", "norm", "view", "compare"}
+
+
+# ------------------------------------------------------------------------------ dynamic shapes
+def _dynamic_params() -> list:
+    """One case per op family (float32), on every available CPU backend with ``dynamic_shapes``
+    except Inductor (PyTorch's own; and slow to compile on 2 cores)."""
+    registry = get_registry()
+    params = []
+    for name in registry.names:
+        backend = registry.get(name)
+        if not getattr(backend, "dynamic_shapes", False) or name in SAMPLED or not registry.availability(name).ok \
+                or not backend.supports_device("cpu"):
+            continue
+        seen: set[str] = set()
+        for case in CASES:
+            if case.family not in seen:
+                seen.add(case.family)
+                params.append(pytest.param(name, case, id=f"{name}-{case.id}"))
+    return params
+
+
+@functools.cache
+def _symbolic(op: str):
+    from torchmux.testing.check import grown, symbolic_calls
+
+    case = CASES_BY_OP[op]
+    first = case.inputs(torch.float32)
+    second = grown(first)
+    try:
+        case.fn(*second)
+    except (RuntimeError, ValueError, IndexError):
+        return None  # the program itself fixes that size (a hard-coded shape): nothing to vary
+    try:
+        return symbolic_calls(case.fn, [first, second], f"{case.id}-symbolic")
+    except (RuntimeError, ValueError, torch._dynamo.exc.TorchDynamoException):
+        return None  # Dynamo specializes it (no symbolic graph to test)
+
+
+@pytest.mark.parametrize("backend_name,case", _dynamic_params())
+def test_op_two_sizes_one_compile(backend_name: str, case: Case) -> None:
+    """A backend with dynamic_shapes compiles the op's symbolic graph once and answers right at two sizes."""
+    from torchmux.testing.check import check_sizes
+
+    captured = _symbolic(case.op)
+    if captured is None:
+        pytest.skip(f"{case.op}: the case has no symbolic graph at two sizes")
+    ir, calls = captured
+    backend = get_registry().get(backend_name)
+    if not claims(backend, ir, case.op):
+        pytest.skip(f"{backend_name} does not claim {case.op} in its symbolic graph")
+    err = check_sizes(backend, ir, calls, case.tol)
+    assert err is None, f"{backend_name} runs {case.op} at one size but not the other: {err}"
