@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import sys
 import threading
-import warnings
 from typing import Any, Sequence
 
 import torch
@@ -21,8 +20,10 @@ from ..core.config import CompileConfig
 from ..core.errors import TorchmuxFallbackWarning
 from ..core.ir import GraphIR
 from ..core.registry import get_registry
+from ..core.userframe import user_location, warn_at
 from . import decisions as cache
-from ..core.compare import mismatch
+from . import verify
+from .guard import Guard
 from .placement import build_placement
 from .split import Plan, build_split, try_split
 from .tuner import Decision, Measurement, choose, measure
@@ -52,12 +53,14 @@ class GraphRunner:
         self._fns: dict[tuple, Any] = {}
         self._lock = threading.Lock()
         self._keyed = [i for i, kind in enumerate(ir.input_kinds) if kind == "input"]
+        self._where = None  # the user's line that made the first call: fallback warnings point there
 
     def __call__(self, *args: Any) -> list[Any]:
         sig = _signature(args, self._keyed)
         fn = self._fns.get(sig)
         if fn is None:
             with self._lock:
+                self._where = user_location()
                 fn = self._fns.get(sig) or self._decide_in_clean_thread(sig, args)
         return fn(*args)
 
@@ -96,6 +99,9 @@ class GraphRunner:
     def _decide(self, sig: tuple, args: Sequence[Any]) -> Any:
         config = self.config
         candidates = self._candidates(args)
+        demotions = [Measurement(b.name, math.inf, False, f"demoted earlier: {why}") for b in candidates
+                     if (why := verify.demoted(self.ir, sig, b))]
+        candidates = [b for b in candidates if b.name not in {m.backend for m in demotions}]
         registry = get_registry()
         if not config.auto and len(config.backends) == 1 and candidates and candidates[0].name == "eager":
             placement = build_placement(self.ir, candidates[0], args, mode=config.mode, options={})
@@ -103,11 +109,11 @@ class GraphRunner:
         elif config.auto and (remembered := self._remembered(sig, candidates, args)) is not None:
             decision = remembered
         else:
-            verify = config.auto or config.get("verify")
-            results = measure(
+            checked = config.auto or verify.policy_of(config.get("verify")) != "off"
+            results = demotions + measure(
                 self.ir, candidates, args, mode=config.mode, options=config.options_for,
                 time_budget=float(config.get("autotune_budget")), timed=config.auto,
-            ) if verify else self._unverified(candidates, args)
+            ) if checked else self._unverified(candidates, args)
             if config.auto and config.split_segments and len(candidates) > 1 and self.ir.is_static:
                 split = try_split(self.ir, results, candidates, args, segments=config.split_segments,
                                   mode=config.mode, options=config.options_for,
@@ -118,7 +124,7 @@ class GraphRunner:
                                 seconds=m.seconds, ok=m.ok, reason=m.reason)
             best = choose(results)
             failed = [m for m in results if not m.ok]
-            if not candidates:
+            if not candidates and not demotions:
                 why = (f"backend {config.names[0]!r} does not run on {args[0].device.type if args else '?'}"
                        f"{' or with symbolic shapes' if not self.ir.is_static else ''}")
                 failed = [Measurement(config.names[0], math.inf, False, why)]
@@ -126,11 +132,11 @@ class GraphRunner:
                 best = self._eager_fallback(args)
                 results = list(results) + [best]
             if failed and (not config.auto or settings.VERBOSE.get()):
-                warnings.warn(
+                warn_at(
                     f"torchmux: on graph {self.ir.name} ({len(self.ir.op_nodes)} ops), "
                     + "; ".join(f"{m.backend} {m.reason}" for m in failed)
                     + f". Running it on {best.backend} instead.",
-                    TorchmuxFallbackWarning, stacklevel=3,
+                    TorchmuxFallbackWarning, self._where,
                 )
             decision = Decision(best, list(results))
             if config.auto and best.ok and len(candidates) > 1:
@@ -144,7 +150,10 @@ class GraphRunner:
             print(f"[torchmux] {self.ir.name} {list(sig)[:2]}: "
                   + " | ".join(m.summary for m in decision.measurements) + f" -> {decision.backend}", file=sys.stderr)
         self.decisions[sig] = decision
-        fn = decision.chosen.placement.fn  # type: ignore[union-attr]
+        ranked = [decision.chosen] + sorted((m for m in decision.measurements if m is not decision.chosen and m.ok),
+                                            key=lambda m: m.seconds if m.seconds == m.seconds else math.inf)
+        fn = Guard(self.ir, sig, self._keyed, verify.policy_of(config.get("verify")), ranked,
+                   lambda: self._eager_fallback(args), checked_first=config.auto or verify.policy_of(config.get("verify")) != "off")
         self._fns[sig] = fn
         return fn
 
@@ -177,7 +186,7 @@ class GraphRunner:
         try:
             placement = plan and build_split(self.ir, plan, candidates, args, mode=self.config.mode,
                                              options=self.config.options_for)
-            if not placement or mismatch(placement.fn(*args), self.ir.run_reference(*args)):
+            if not placement or verify.check_call(self.ir, placement.fn, args, twice=True)[1]:
                 return None
         except Exception:
             return None
