@@ -19,6 +19,7 @@ import torch
 
 from ..core import settings
 from ..core.ir import GraphIR
+from ..core.records import decision_problem, set_aside
 
 
 def decision_key(ir: GraphIR, signature: tuple, candidates: Sequence[Any], mode: str | None, split: int = 0) -> str:
@@ -48,10 +49,22 @@ def _path(key: str) -> Path:
 
 
 def load(key: str) -> dict[str, Any] | None:
+    """The record for ``key`` if there is one and it has the schema of core/records.py (else set aside)."""
+    path = _path(key)
     try:
-        return json.loads(_path(key).read_text())
-    except (OSError, ValueError):
+        text = path.read_text()
+    except OSError:
         return None
+    try:
+        record = json.loads(text)
+    except ValueError as e:
+        set_aside(path, f"not JSON: {e}")
+        return None
+    problem = decision_problem(record)
+    if problem:
+        set_aside(path, problem)
+        return None
+    return record
 
 
 def store(key: str, record: dict[str, Any]) -> None:

@@ -22,7 +22,7 @@ from ..core.ir import GraphIR
 from ..core.registry import get_registry
 from ..core.userframe import user_location, warn_at
 from . import decisions as cache
-from . import verify
+from . import isolate, verify
 from .guard import Guard
 from .placement import build_placement
 from .split import Plan, build_split, try_split
@@ -102,6 +102,12 @@ class GraphRunner:
         demotions = [Measurement(b.name, math.inf, False, f"demoted earlier: {why}") for b in candidates
                      if (why := verify.demoted(self.ir, sig, b))]
         candidates = [b for b in candidates if b.name not in {m.backend for m in demotions}]
+        if config.auto and len(candidates) > 1:  # isolate.py: a crash or hang in a new candidate stays in a child
+            candidates, unsafe = isolate.screen(
+                self.ir, sig, candidates, args, mode=config.mode, options=config.options_for,
+                isolation=config.get("isolate") or settings.ISOLATE.get(),
+                deadline=float(config.get("trial_deadline") or settings.TRIAL_DEADLINE.get()))
+            demotions += [Measurement(name, math.inf, False, why) for name, why in unsafe]
         registry = get_registry()
         if not config.auto and len(config.backends) == 1 and candidates and candidates[0].name == "eager":
             placement = build_placement(self.ir, candidates[0], args, mode=config.mode, options={})

@@ -18,6 +18,9 @@ OWN_OPTIONS: dict[str, tuple[type, Any, str]] = {
                "'sparse' (True, the default: calls 1, 2, 4, 8, ..., then every 1024th, and inputs of a new kind), 'always'"),
     "autotune_budget": (float, 0.5, "seconds of timing per graph and input shape when choosing a backend"),
     "mend": (bool, True, "rewrite graph-breaking Python (tensor if, print, .item() for logging...) before capture"),
+    "isolate": (str, None, "which candidates auto tries first in a child process: 'off', 'third-party', 'all' "
+                "(default: TORCHMUX_ISOLATE, else 'third-party')"),
+    "trial_deadline": (float, None, "seconds an isolated trial's compile and calls may take (default: TORCHMUX_TRIAL_DEADLINE)"),
     "split": (int, None, "auto: also try each graph cut into up to N segments, each on its fastest correct backend "
               "(default 4 under mode='max-autotune', else 0: off)"),
 }
@@ -132,6 +135,10 @@ def _checked(key: str, value: Any) -> Any:
         raise BadArgumentError(f"options['verify']={value!r}: pass 'off', 'first', 'sparse', 'always', True or False")
     if key == "autotune_budget" and (isinstance(value, bool) or not math.isfinite(value) or value < 0):
         raise BadArgumentError(f"options['autotune_budget']={value!r}: pass a finite number of seconds >= 0")
+    if key == "isolate" and value not in ("off", "third-party", "all"):
+        raise BadArgumentError(f"options['isolate']={value!r}: pass 'off', 'third-party' or 'all'")
+    if key == "trial_deadline" and (isinstance(value, bool) or not math.isfinite(value) or value <= 0):
+        raise BadArgumentError(f"options['trial_deadline']={value!r}: pass a finite number of seconds > 0")
     if key == "split" and (isinstance(value, bool) or value < 0):
         raise BadArgumentError(f"options['split']={value!r}: pass an int >= 0 (0: no split)")
     return value

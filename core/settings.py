@@ -75,3 +75,24 @@ DEBUG_DIR = _define(
     "TORCHMUX_DEBUG_DIR", None, lambda raw: Path(raw).expanduser(),
     "If set, backends that generate code (triton) write the source of every kernel into this folder.",
 )
+ISOLATE = _define(
+    "TORCHMUX_ISOLATE", "third-party", lambda raw: _choice(raw, ("off", "third-party", "all")),
+    "Which candidate backends auto tries first in a child process (a crash or hang there cannot take the "
+    "program down): 'third-party' (default: plugins not shipped with torchmux), 'all', or 'off'. "
+    "The option isolate=... overrides it per compile().",
+)
+TRIAL_DEADLINE = _define(
+    "TORCHMUX_TRIAL_DEADLINE", 300.0, float,
+    "Seconds an isolated trial's compile and first calls may take before the candidate fails as 'timed out'.",
+)
+KEY_FILE = _define(
+    "TORCHMUX_KEY_FILE", Path(os.path.expanduser("~/.config/torchmux/key")), lambda raw: Path(raw).expanduser(),
+    "The per-user secret (created 0600 on first use, kept outside the cache) that authenticates the "
+    "executable artifacts torchmux caches (HMAC-SHA256): a library planted in the cache is rebuilt, never loaded.",
+)
+
+
+def _choice(raw: str, allowed: tuple[str, ...]) -> str:
+    if raw not in allowed:
+        raise ValueError(f"expected one of {', '.join(allowed)}")
+    return raw
