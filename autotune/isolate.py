@@ -114,7 +114,7 @@ def _run_child(ir: GraphIR, name: str, plugin: str, args: Sequence[Any], mode: s
             return None  # a graph that does not pickle is tried in-process
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         child = subprocess.Popen([sys.executable, "-m", "torchmux.autotune.isolate", path], env=env,
-                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE if os.environ.get("TORCHMUX_DEBUG_TRIALS") else subprocess.DEVNULL, text=True)
         return _wait(child, deadline)
     finally:
         os.unlink(path)
@@ -159,12 +159,15 @@ def _wait(child: subprocess.Popen, deadline: float) -> tuple[bool, str] | None:
         if child.poll() is None:
             child.kill()
             child.wait()
+        child.stdout.close()
 
 
 def _child(path: str) -> None:
     """The child's side: rebuild the IR and the backend, compile, call twice, print the verdict."""
     from .placement import build_placement
     from .verify import check_call
+
+    import torch._dynamo  # noqa: F401  (tracing needs the modules Dynamo registers; the parent had them)
 
     payload = torch.load(path, weights_only=False)
     args = [a.to(d) if isinstance(a, torch.Tensor) else a for a, d in zip(payload["args"], payload["device"])]

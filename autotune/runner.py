@@ -159,7 +159,7 @@ class GraphRunner:
         ranked = [decision.chosen] + sorted((m for m in decision.measurements if m is not decision.chosen and m.ok),
                                             key=lambda m: m.seconds if m.seconds == m.seconds else math.inf)
         fn = Guard(self.ir, sig, self._keyed, verify.policy_of(config.get("verify")), ranked,
-                   lambda: self._eager_fallback(args), checked_first=config.auto or verify.policy_of(config.get("verify")) != "off")
+                   lambda: self._eager_fallback(args), checked_first=False)
         self._fns[sig] = fn
         return fn
 

@@ -8,6 +8,7 @@ the stack to the first frame outside torch, torchmux and the standard library's 
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from dataclasses import dataclass
@@ -30,7 +31,8 @@ def user_location() -> Location | None:
     while frame is not None:
         module = str(frame.f_globals.get("__name__", ""))
         name = frame.f_code.co_filename
-        if module.split(".")[0] not in _SKIP_MODULES and not name.startswith("<"):
+        if (module.split(".")[0] not in _SKIP_MODULES and not name.startswith("<")
+                and os.sep + "torch" + os.sep not in name and os.path.isfile(name)):
             return Location(name, frame.f_lineno, module, frame.f_globals)
         frame = frame.f_back  # type: ignore[assignment]
     return None
