@@ -164,10 +164,10 @@ def _wait(child: subprocess.Popen, deadline: float) -> tuple[bool, str] | None:
 
 def _child(path: str) -> None:
     """The child's side: rebuild the IR and the backend, compile, call twice, print the verdict."""
+    import torch._dynamo
+
     from .placement import build_placement
     from .verify import check_call
-
-    import torch._dynamo  # noqa: F401  (tracing needs the modules Dynamo registers; the parent had them)
 
     payload = torch.load(path, weights_only=False)
     args = [a.to(d) if isinstance(a, torch.Tensor) else a for a, d in zip(payload["args"], payload["device"])]

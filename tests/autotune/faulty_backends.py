@@ -11,7 +11,6 @@ import os
 import time
 
 import torch
-
 import torchmux
 
 

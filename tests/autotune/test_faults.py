@@ -17,7 +17,6 @@ import warnings
 import numpy as np
 import pytest
 import torch
-
 import torchmux
 from torchmux.autotune import decisions
 from torchmux.core.errors import BadArgumentError, TorchmuxFallbackWarning
@@ -25,7 +24,7 @@ from torchmux.core.registry import get_registry
 from torchmux.core.trace import trace
 
 sys.path.insert(0, os.path.dirname(__file__))  # faulty_backends: importable here and in a trial's child
-import faulty_backends  # noqa: E402
+import faulty_backends
 
 
 @pytest.fixture(autouse=True)
@@ -103,7 +102,7 @@ def test_demotion_is_remembered_on_disk():
 
 def test_verify_off_trusts_and_always_checks():
     inputs = [x_(i) for i in range(3)]
-    outs, warned = run_calls("fault_wrong_late", inputs, verify="always", isolate="off")
+    outs, _ = run_calls("fault_wrong_late", inputs, verify="always", isolate="off")
     assert_eager(outs, inputs)
     with pytest.raises(BadArgumentError, match="verify"):
         torchmux.compile(f, options={"verify": "sometimes"})
