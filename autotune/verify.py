@@ -5,14 +5,15 @@
 - ``"off"`` (or ``False``): a named backend is trusted from its first call (auto still checks each
   candidate once while it measures them: a wrong candidate cannot win).
 - ``"first"``: the first call is checked, later calls are trusted (torchmux before 0.x did this).
-- ``"sparse"`` (the default; ``True`` means it): the first call, then calls 2, 4, 8, ... 1024, then
-  every 1024th call, and any call whose inputs are *of a new kind*: a user input holds NaN or ±inf for
+- ``"sparse"`` (the default; ``True`` means it): the first call, then calls 2, 4, 8, ... 8192, then
+  every 8192nd call, and any call whose inputs are *of a new kind*: a user input holds NaN or ±inf for
   the first time, or its largest magnitude falls in a power-of-16 band not seen before (a backend may
   be right on N(0, 1) values and wrong on 1e6). Telling the kind costs one reduction per floating user
   input per call (``torch.aminmax``, which propagates NaN); parameters are not scanned.
 - ``"always"``: every call (for debugging a backend).
 
-**A check** runs the reference interpreter on a copy of the inputs and compares (core/compare.py);
+**A check** runs the graph's own ATen code (the reference interpreter's ops, without its per-node
+bookkeeping) on a copy of the inputs and compares (core/compare.py);
 it also fails a candidate that changed a user input the graph does not mutate, returned an output
 sharing storage with an input where the reference's output does not, or (first check only: it calls
 twice) hands back a buffer a later call overwrites. A graph with random ops (dropout, rand, bernoulli)
@@ -39,8 +40,8 @@ from ..core.compare import mismatch
 from ..core.ir import GraphIR, op_name
 
 POLICIES = ("off", "first", "sparse", "always")
-SPARSE_UNTIL = 1024  # calls 2, 4, ..., 1024 are checked; after that every SPARSE_EVERY-th
-SPARSE_EVERY = 1024
+SPARSE_UNTIL = 8192  # calls 2, 4, ..., 8192 are checked; after that every SPARSE_EVERY-th
+SPARSE_EVERY = 8192
 _RNG_WORDS = ("rand", "bernoulli", "dropout", "normal", "uniform", "multinomial", "poisson", "exponential")
 
 
@@ -120,7 +121,10 @@ def check_call(ir: GraphIR, fn: Callable[..., Sequence[Any]], args: Sequence[Any
     mine = clone_inputs(args, kinds)
     before = clone_inputs(mine, kinds)
     ref_args = clone_inputs(args, kinds)
-    ref = list(reference) if reference is not None else ir.run_reference(*ref_args)
+    if reference is None:
+        result = ir.gm(*ref_args)  # the reference's ops, at the speed of fx's generated code
+        reference = list(result) if isinstance(result, (tuple, list)) else [result]
+    ref = list(reference)
     out = list(fn(*mine))
     wrong = compare(ir, out, ref)
     if wrong:

@@ -15,7 +15,7 @@ MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cu
 #: torchmux's own options (everything else in ``options`` must name a backend)
 OWN_OPTIONS: dict[str, tuple[type, Any, str]] = {
     "verify": (object, True, "when the chosen backend's answer is checked against the reference: 'off' (False), 'first', "
-               "'sparse' (True, the default: calls 1, 2, 4, 8, ..., then every 1024th, and inputs of a new kind), 'always'"),
+               "'sparse' (True, the default: calls 1, 2, 4, 8, ..., then every 8192nd, and inputs of a new kind), 'always'"),
     "autotune_budget": (float, 0.5, "seconds of timing per graph and input shape when choosing a backend"),
     "mend": (bool, True, "rewrite graph-breaking Python (tensor if, print, .item() for logging...) before capture"),
     "isolate": (str, None, "which candidates auto tries first in a child process: 'off', 'third-party', 'all' "
@@ -132,7 +132,8 @@ def _check_providers(backend: str, providers: Any) -> None:
 def _checked(key: str, value: Any) -> Any:
     """``options[key]`` if it is within what the option accepts; else an error saying what is allowed."""
     if key == "verify" and not (isinstance(value, bool) or value in ("off", "first", "sparse", "always")):
-        raise BadArgumentError(f"options['verify']={value!r}: pass 'off', 'first', 'sparse', 'always', True or False")
+        raise BadArgumentError(f"options['verify'] must be bool (True: 'sparse', False: 'off') or one of 'off', 'first', "
+                               f"'sparse', 'always'; got {value!r}")
     if key == "autotune_budget" and (isinstance(value, bool) or not math.isfinite(value) or value < 0):
         raise BadArgumentError(f"options['autotune_budget']={value!r}: pass a finite number of seconds >= 0")
     if key == "isolate" and value not in ("off", "third-party", "all"):
