@@ -13,12 +13,13 @@ the built-ins.
 - Environment probes that never import the library they ask about: :func:`package_version`,
   :func:`module_present`, :func:`version_tuple`, :func:`has_cuda`.
 - Artifacts: :func:`artifact_dir` (under ``TORCHMUX_CACHE_DIR``), :func:`atomic_write`,
-  :func:`debug_dir` (``TORCHMUX_DEBUG_DIR``).
+  :func:`debug_dir` (``TORCHMUX_DEBUG_DIR``); :func:`sign` and :func:`authentic` (HMAC-SHA256 under a
+  per-user key): load an executable artifact only when ``authentic`` says so, else rebuild it.
 """
 
 from __future__ import annotations
 
-from .core.artifacts import artifact_dir, atomic_write, debug_dir, load_claims
+from .core.artifacts import artifact_dir, atomic_write, authentic, debug_dir, load_claims, sign
 from .core.backend import (
     Availability,
     Backend,
@@ -35,6 +36,6 @@ from .core.ir import GraphIR, TensorSpec, op_name, spec_of
 
 __all__ = [
     "Availability", "Backend", "CompileRequest", "CompiledGraph", "GraphIR", "TensorSpec", "artifact_dir",
-    "atomic_write", "debug_dir", "has_cuda", "hookimpl", "load_claims", "module_present", "node_float_dtypes",
-    "op_name", "package_version", "spec_of", "version_tuple",
+    "atomic_write", "authentic", "debug_dir", "has_cuda", "hookimpl", "load_claims", "module_present", "node_float_dtypes",
+    "op_name", "package_version", "sign", "spec_of", "version_tuple",
 ]

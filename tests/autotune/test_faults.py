@@ -202,3 +202,33 @@ def test_random_graphs_compare_shapes_not_values():
     assert verify.compare(ir, [torch.zeros(4, 8)], [torch.ones(4, 8)]) is None
     assert "shapes compared" in verify.compare(ir, [torch.zeros(4, 9)], [torch.ones(4, 8)])
     assert os.environ.get("TORCHMUX_CACHE_DIR")
+
+
+_PLANTED_C = """
+#include <stdio.h>
+__attribute__((constructor)) static void planted(void) { FILE *f = fopen("%s", "w"); if (f) fclose(f); }
+"""
+
+
+def test_planted_tvm_library_is_rebuilt_never_loaded(tmp_path, monkeypatch):
+    if not get_registry().availability("tvm").ok:
+        pytest.skip("tvm backend unavailable")
+    import subprocess
+
+    from torchmux.core.registry import get_registry as reg
+    from torchmux.extend import CompileRequest, authentic
+
+    monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path / "cache"))
+    ir = trace(f, [x_(0)])
+    first = reg().get("tvm").compile(CompileRequest(ir, [x_(0)]))
+    library = __import__("pathlib").Path(first.tvm_info.library)
+    assert first.tvm_info.cache == "miss" and authentic(library)
+    marker = tmp_path / "constructor-ran"
+    (tmp_path / "planted.c").write_text(_PLANTED_C % marker)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(library), str(tmp_path / "planted.c")], check=True)
+    assert not authentic(library)
+    again = reg().get("tvm").compile(CompileRequest(ir, [x_(0)]))
+    assert again.tvm_info.cache == "miss" and not marker.exists()  # rebuilt; the planted code never ran
+    assert library.with_name(library.name + ".untrusted").exists() and authentic(library)
+    torch.testing.assert_close(again(x_(1))[0], f(x_(1)))
+    assert reg().get("tvm").compile(CompileRequest(ir, [x_(0)])).tvm_info.cache == "hit"
