@@ -19,8 +19,10 @@ renamed, so processes sharing the folder never read half a file.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 import os
 import threading
 import time
@@ -36,6 +38,8 @@ from torchmux.extend import GraphIR, TensorSpec, artifact_dir, atomic_write, pac
 
 from . import CPU, CUDA, TENSORRT, usable_providers
 from .export import EXPORT_FORMAT, IR_VERSION, OPSET, tensor_outputs, export_onnx
+
+_log = logging.getLogger(__name__)
 
 OPTIONS = {
     "providers": "execution providers in priority order: names or (name, options) pairs",
@@ -323,6 +327,27 @@ def compile_graph(request: extend.CompileRequest) -> OrtGraph:
     providers = _provider_list(request)
     device = _device(request.example_inputs)
     folder = _cache_dir(ir, providers)
+    try:
+        return _open(request, ir, providers, device, folder)
+    except Exception as e:
+        if not _damaged(e):
+            raise
+        # a truncated or altered model in the cache: set it aside and rebuild once, instead of failing
+        # (and warning) in every later process
+        for name in ("model.onnx", "model.opt.onnx"):
+            with contextlib.suppress(OSError):
+                os.replace(folder / name, folder / f"{name}.bad")
+        _log.warning("onnxruntime: cached model in %s is damaged (%s); set aside as *.bad and rebuilt", folder, e)
+        return _open(request, ir, providers, device, folder)
+
+
+def _damaged(e: BaseException) -> bool:
+    """Whether ONNX Runtime refused a model file as unreadable (not a graph or provider it cannot run)."""
+    return type(e).__name__ in ("InvalidProtobuf", "NoSuchFile") or "protobuf" in str(e).lower()
+
+
+def _open(request: extend.CompileRequest, ir: GraphIR, providers: list[tuple[str, dict[str, Any]]],
+          device: torch.device, folder: Path) -> OrtGraph:
     folder.mkdir(parents=True, exist_ok=True)
     exported, optimized = folder / "model.onnx", folder / "model.opt.onnx"
     cache_hit = optimized.exists() or (exported.exists() and any(n == TENSORRT for n, _ in providers))

@@ -232,3 +232,22 @@ def test_planted_tvm_library_is_rebuilt_never_loaded(tmp_path, monkeypatch):
     assert library.with_name(library.name + ".untrusted").exists() and authentic(library)
     torch.testing.assert_close(again(x_(1))[0], f(x_(1)))
     assert reg().get("tvm").compile(CompileRequest(ir, [x_(0)])).tvm_info.cache == "hit"
+
+
+def test_truncated_onnx_model_is_set_aside_and_rebuilt_once(tmp_path, monkeypatch):
+    if not get_registry().availability("onnxruntime").ok:
+        pytest.skip("onnxruntime backend unavailable")
+    from torchmux.extend import CompileRequest
+
+    monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path))
+    ir = trace(f, [x_(0)])
+    get_registry().get("onnxruntime").compile(CompileRequest(ir, [x_(0)]))
+    models = list(tmp_path.glob("onnxruntime/*/model*.onnx"))
+    assert models
+    for m in models:
+        m.write_bytes(m.read_bytes()[:40])  # truncated
+    again = get_registry().get("onnxruntime").compile(CompileRequest(ir, [x_(0)]))
+    torch.testing.assert_close(again(x_(1))[0], f(x_(1)))
+    assert all(m.with_name(m.name + ".bad").exists() for m in models)
+    third = get_registry().get("onnxruntime").compile(CompileRequest(ir, [x_(0)]))  # repaired: a plain hit
+    assert third.cache_hit and not list(tmp_path.glob("onnxruntime/*/*.bad.bad"))
