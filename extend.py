@@ -9,7 +9,8 @@ the built-ins.
 - The IR a backend is handed: :class:`GraphIR`, :class:`TensorSpec`, :func:`op_name` (the Core ATen
   name a claim is written in), :func:`spec_of`, :func:`node_float_dtypes`.
 - Claims: :func:`load_claims` reads the conformance suite's results (``python -m
-  torchmux.testing.probe NAME --write claims.json``).
+  torchmux.testing.probe NAME --write claims.json``); :func:`load_nonfinite_unsafe` the ops in it that
+  differ from eager on NaN/±inf inputs (set them as ``Backend.nonfinite_unsafe``).
 - Environment probes that never import the library they ask about: :func:`package_version`,
   :func:`module_present`, :func:`version_tuple`, :func:`has_cuda`.
 - Artifacts: :func:`artifact_dir` (under ``TORCHMUX_CACHE_DIR``), :func:`atomic_write`,
@@ -19,7 +20,15 @@ the built-ins.
 
 from __future__ import annotations
 
-from .core.artifacts import artifact_dir, atomic_write, authentic, debug_dir, load_claims, sign
+from .core.artifacts import (
+    artifact_dir,
+    atomic_write,
+    authentic,
+    debug_dir,
+    load_claims,
+    load_nonfinite_unsafe,
+    sign,
+)
 from .core.backend import (
     Availability,
     Backend,
@@ -36,6 +45,6 @@ from .core.ir import GraphIR, TensorSpec, op_name, spec_of
 
 __all__ = [
     "Availability", "Backend", "CompileRequest", "CompiledGraph", "GraphIR", "TensorSpec", "artifact_dir",
-    "atomic_write", "authentic", "debug_dir", "has_cuda", "hookimpl", "load_claims", "module_present", "node_float_dtypes",
+    "atomic_write", "authentic", "debug_dir", "has_cuda", "hookimpl", "load_claims", "load_nonfinite_unsafe", "module_present", "node_float_dtypes",
     "op_name", "package_version", "sign", "spec_of", "version_tuple",
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from ..core.errors import TorchmuxFallbackWarning
-from ..core.ir import GraphIR
+from ..core.ir import GraphIR, op_name
 from ..core.registry import get_registry
 from ..core.userframe import warn_at
 from . import verify
@@ -42,6 +42,11 @@ class Guard:
         self.chosen = self._ranked[0]
         self.fn = self.chosen.placement.fn  # type: ignore[union-attr]
         self._trusted = self.chosen.backend == "eager"  # the reference's own ops: nothing to check
+        try:
+            unsafe = get_registry().get(self.chosen.backend).nonfinite_unsafe
+        except Exception:  # a split or a Backend object outside the registry: nothing declared
+            unsafe = frozenset()
+        self._watch_nonfinite = bool(set(unsafe) & {op_name(n) for n in self.ir.op_nodes})
 
     def __call__(self, *args: Any) -> Sequence[Any]:
         self.calls += 1
@@ -72,6 +77,8 @@ class Guard:
         self.kinds.add(kind)
         if first:
             return not self._checked_first
+        if self._watch_nonfinite and any(k in ("nan", "inf") for k in kind):
+            return True  # an op the backend's claims mark unsafe on NaN/inf: every such call is checked
         return new_kind or verify.scheduled(self.calls)
 
     def _run(self, args: Sequence[Any]) -> Sequence[Any]:

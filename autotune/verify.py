@@ -10,6 +10,9 @@
   the first time, or its largest magnitude falls in a power-of-16 band not seen before (a backend may
   be right on N(0, 1) values and wrong on 1e6). Telling the kind costs one reduction per floating user
   input per call (``torch.aminmax``, which propagates NaN); parameters are not scanned.
+  A graph holding an op its backend's claims list as ``nonfinite_unsafe`` (the conformance suite's
+  NaN/±inf variants differ from eager, e.g. TVM's relu, ORT's amax) is checked on *every* call whose
+  inputs hold NaN or ±inf, not only the first such call.
 - ``"always"``: every call (for debugging a backend).
 
 **A check** runs the graph's own ATen code (the reference interpreter's ops, without its per-node

@@ -28,7 +28,8 @@ from pathlib import Path
 
 from . import settings
 
-__all__ = ["artifact_dir", "atomic_write", "authentic", "debug_dir", "load_claims", "sign"]
+__all__ = ["NONFINITE_KEY", "artifact_dir", "atomic_write", "authentic", "debug_dir", "load_claims",
+           "load_nonfinite_unsafe", "sign"]
 
 
 def artifact_dir(*parts: str) -> Path:
@@ -65,7 +66,16 @@ def load_claims(path: Path | str) -> dict[str, frozenset[str]]:
     (``torch.float32`` without ``torch.``); the result maps each to the frozenset of ops that passed.
     """
     record = json.loads(Path(path).read_text())
-    return {k: frozenset(v) for k, v in record.items() if k != "command"}
+    return {k: frozenset(v) for k, v in record.items() if k not in ("command", NONFINITE_KEY)}
+
+
+#: the claims file's list of ops that differ from eager when their inputs hold NaN or ±inf
+NONFINITE_KEY = "nonfinite_unsafe"
+
+
+def load_nonfinite_unsafe(path: Path | str) -> frozenset[str]:
+    """The ops a claims file lists under ``"nonfinite_unsafe"`` (empty if it has no such list)."""
+    return frozenset(json.loads(Path(path).read_text()).get(NONFINITE_KEY, ()))
 
 
 def _key() -> bytes:

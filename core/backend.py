@@ -87,6 +87,10 @@ class Backend:
     #: :func:`torchmux.extend.op_name` spells them); None claims every op. Older plugins set this;
     #: :attr:`claims` says more. Claims come from the conformance suite, never from guesses.
     ops: frozenset[str] | None = None
+    #: claimed ops that differ from eager when their inputs hold NaN or ±inf (the conformance suite's
+    #: non-finite variants, ``"nonfinite_unsafe"`` in claims.json): a graph holding one is re-checked on
+    #: every call whose inputs are not all finite (autotune/verify.py)
+    nonfinite_unsafe: frozenset[str] = frozenset()
 
     @property
     def version(self) -> str:

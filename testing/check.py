@@ -35,3 +35,9 @@ def check(backend: Backend, ir: GraphIR, inputs: Sequence[torch.Tensor], tol: fl
     placement = build_placement(ir, backend, inputs, mode=None, options={})
     out = placement.fn(*inputs)
     return mismatch(out, reference, scale=tol)
+
+
+def check_nonfinite(backend: Backend, case: Any, dtype: torch.dtype) -> str | None:
+    """:func:`check` on the case's NaN/±inf variant: None if the backend matches eager on them too."""
+    inputs = case.nonfinite_inputs(dtype)
+    return check(backend, case_ir(case.fn, case.inputs(dtype), case.id), inputs, case.tol)

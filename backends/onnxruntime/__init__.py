@@ -22,7 +22,7 @@ import torch
 from pathlib import Path
 
 from torchmux import extend
-from torchmux.extend import load_claims, module_present, package_version, spec_of
+from torchmux.extend import load_claims, load_nonfinite_unsafe, module_present, package_version, spec_of
 
 CPU, CUDA, TENSORRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
 _DISTRIBUTIONS = ("onnxruntime-gpu", "onnxruntime")
@@ -64,6 +64,7 @@ class OnnxRuntimeBackend(extend.Backend):
     # --dtype float32 --dtype float16 --write ...`). In float16 torch's exporter computes a few ops in
     # float32 (their cast back dangles, or layer/batch norm returns float32 statistics): not claimed.
     claims = load_claims(Path(__file__).with_name("claims.json"))
+    nonfinite_unsafe = load_nonfinite_unsafe(Path(__file__).with_name("claims.json"))
 
     @property
     def description(self) -> str:  # type: ignore[override]

@@ -31,6 +31,10 @@ class _Fault(torchmux.Backend):
         return out
 
 
+class Honest(_Fault):
+    name = "fault_none"  # does nothing wrong: the control
+
+
 class WrongLate(_Fault):
     name = "fault_wrong_late"  # right twice (the first check calls twice), wrong from its third call on
 
@@ -118,5 +122,5 @@ class RaisingObserver:
 
 @torchmux.hookimpl
 def torchmux_add_backends():
-    return [WrongLate(), WrongOnNaN(), MutatesInput(), AliasesInput(), ReusesBuffer(), RaisesOnFifth(), Aborts(),
+    return [Honest(), WrongLate(), WrongOnNaN(), MutatesInput(), AliasesInput(), ReusesBuffer(), RaisesOnFifth(), Aborts(),
             Segfaults(), HangsInCall(), HangsInCompile()]

@@ -251,3 +251,39 @@ def test_truncated_onnx_model_is_set_aside_and_rebuilt_once(tmp_path, monkeypatc
     assert all(m.with_name(m.name + ".bad").exists() for m in models)
     third = get_registry().get("onnxruntime").compile(CompileRequest(ir, [x_(0)]))  # repaired: a plain hit
     assert third.cache_hit and not list(tmp_path.glob("onnxruntime/*/*.bad.bad"))
+
+
+def test_nonfinite_unsafe_ops_are_checked_on_every_nonfinite_call():
+    """A graph holding an op its backend declares unsafe on NaN is checked on every NaN call, not just the first."""
+    from torchmux.autotune import verify
+
+    backend = get_registry().get("fault_none")
+    inputs = [x_(i) for i in range(6)]
+    for x in inputs[1:]:
+        x[0, 0] = math.nan
+    counted = []
+    real = verify.check_call
+    for unsafe in (frozenset(), frozenset({"aten.relu.default"})):
+        torch._dynamo.reset()
+        backend.nonfinite_unsafe = unsafe
+        compiled = torchmux.compile(f, backend="fault_none", options={"verify": "sparse"})
+        checks = []
+        verify.check_call = lambda *a, **k: checks.append(1) or real(*a, **k)  # counts, then runs the real check
+        try:
+            assert_eager([compiled(x) for x in inputs], inputs)
+        finally:
+            verify.check_call, backend.nonfinite_unsafe = real, frozenset()
+        counted.append(len(checks))
+    # calls 1 2 3 4 5 6: declared safe -> 1, 2 (first NaN, scheduled), 4; unsafe -> every NaN call 2..6 too
+    assert counted == [3, 6], counted
+
+
+def test_conformance_cases_have_nonfinite_variants():
+    from torchmux.testing.cases import CASES
+
+    case = next(c for c in CASES if c.op == "aten.relu.default")
+    x = case.nonfinite_inputs(torch.float32)[0]
+    assert bool(torch.isnan(x).any()) and bool(torch.isinf(x).any())
+    from torchmux.testing.check import check_nonfinite
+
+    assert check_nonfinite(get_registry().get("eager"), case, torch.float32) is None
