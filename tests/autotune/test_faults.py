@@ -287,3 +287,15 @@ def test_conformance_cases_have_nonfinite_variants():
     from torchmux.testing.check import check_nonfinite
 
     assert check_nonfinite(get_registry().get("eager"), case, torch.float32) is None
+
+
+@pytest.mark.parametrize("content", [None, "{not json", '"a string"', '{"models": 3}'])
+def test_bench_from_json_with_a_bad_file_says_so(tmp_path, capsys, content):
+    from torchmux.bench.cli import main
+
+    path = tmp_path / "bench.json"
+    if content is not None:
+        path.write_text(content)
+    assert main(["--from-json", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "--from-json" in err and "Traceback" not in err
