@@ -93,6 +93,8 @@ class Registry:
         self._register(plugin, name, package)
 
     def _register(self, plugin: Any, name: str, package: str) -> bool:
+        if self.pm.is_registered(plugin):  # the same module named twice (TORCHMUX_PLUGINS=torchmux.backends.eager)
+            return True  # keeps the first registration: never removes it
         try:
             self.pm.register(plugin, name=name)
             self.pm.check_pending()

@@ -299,3 +299,12 @@ def test_bench_from_json_with_a_bad_file_says_so(tmp_path, capsys, content):
     assert main(["--from-json", str(path)]) == 2
     err = capsys.readouterr().err
     assert "--from-json" in err and "Traceback" not in err
+
+
+def test_naming_a_builtin_plugin_again_keeps_it():
+    import subprocess
+
+    env = dict(os.environ, TORCHMUX_PLUGINS="torchmux.backends.eager")
+    out = subprocess.run([sys.executable, "-c", "import torchmux.core.registry as m; print('eager' in m.get_registry().names)"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.stdout.strip() == "True", out.stderr[-2000:]
