@@ -86,9 +86,10 @@ def trial(ir: GraphIR, signature: tuple, backend: Any, args: Sequence[Any], *, m
     key = _key(ir, signature, backend, mode)
     if (old := remembered(key)) is not None:
         return old["ok"], old["reason"]
-    plugin = get_registry().plugin_of(backend.name)
-    if plugin is None:
-        return None
+    registry = get_registry()
+    plugin = registry.plugin_of(backend.name)
+    if plugin is None or (registry.package_of(backend.name) == "(registered at run time)" and plugin not in sys.modules):
+        return None  # an object registered at run time: a child could not rebuild it, so starting one is wasted
     verdict = _run_child(ir, backend.name, plugin, args, mode, options, deadline)
     if verdict is None:
         return None
