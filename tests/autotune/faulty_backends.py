@@ -16,6 +16,7 @@ import torchmux
 
 class _Fault(torchmux.Backend):
     name = ""
+    auto = False  # registered for the whole test session: "auto" in other tests must never pick these up
 
     def compile(self, request):
         forward = request.ir.gm.forward
