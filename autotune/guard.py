@@ -9,7 +9,8 @@ that eager raises as well is the user's own and reaches the user unchanged.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..core.errors import TorchmuxFallbackWarning
 from ..core.ir import GraphIR, op_name
@@ -44,7 +45,7 @@ class Guard:
         self._trusted = self.chosen.backend == "eager"  # the reference's own ops: nothing to check
         try:
             unsafe = get_registry().get(self.chosen.backend).nonfinite_unsafe
-        except Exception:  # a split or a Backend object outside the registry: nothing declared
+        except Exception:  # noqa: BLE001 -- a split or a Backend object outside the registry: nothing declared
             unsafe = frozenset()
         self._watch_nonfinite = bool(set(unsafe) & {op_name(n) for n in self.ir.op_nodes})
 
@@ -57,7 +58,7 @@ class Guard:
             return self._run(args)
         try:
             out, wrong = verify.check_call(self.ir, self.fn, args, twice=False)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 -- a backend's fault of any kind is a measurement, never the user's crash
             return self._demote(f"raised {short_error(e)} on call {self.calls}", args)
         if wrong is None:
             return out  # type: ignore[return-value]
@@ -93,10 +94,8 @@ class Guard:
         """Stop using the chosen backend for this graph; answer ``args`` (if given) with the next candidate."""
         bad = self.chosen.backend
         self.demotions.append((bad, reason))
-        try:
+        if bad in get_registry().names:  # a Backend object outside the registry: remembered in this process only
             verify.remember_demotion(self.ir, self.signature, get_registry().get(bad), reason)
-        except Exception:
-            pass  # a backend outside the registry (a Backend object): remembered in this process only
         self._ranked = self._ranked[1:]
         self._select()
         warn_at(f"torchmux: backend {bad!r} demoted on graph {self.ir.name} ({len(self.ir.op_nodes)} ops): {reason}. "

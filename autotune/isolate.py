@@ -23,6 +23,7 @@ the compile and the two calls; the child's own start (importing torch) has its o
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -31,8 +32,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -59,7 +61,7 @@ def _key(ir: GraphIR, signature: tuple, backend: Any, mode: str | None) -> str:
 
     try:
         version = str(backend.version)
-    except Exception:
+    except Exception:  # noqa: BLE001 -- a backend's fault of any kind is a measurement, never the user's crash
         version = "?"
     parts = [ir.fingerprint(), repr(signature), backend.name, version, mode or "default", torch.__version__, __version__]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
@@ -111,7 +113,7 @@ def _run_child(ir: GraphIR, name: str, plugin: str, args: Sequence[Any], mode: s
                    "mode": mode, "options": options}
         try:
             torch.save(payload, path)
-        except Exception:
+        except Exception:  # noqa: BLE001 -- a backend's fault of any kind is a measurement, never the user's crash
             return None  # a graph that does not pickle is tried in-process
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         child = subprocess.Popen([sys.executable, "-m", "torchmux.autotune.isolate", path], env=env,
@@ -177,10 +179,8 @@ def _child(path: str) -> None:
     ir = GraphIR(trace(payload["gm"], args, name=payload["name"]).gm, payload["kinds"], name=payload["name"])
     registry = get_registry()
     if payload["backend"] not in registry.names:
-        try:
+        with contextlib.suppress(Exception):  # not importable: answered "unknown" below
             registry.register(__import__(payload["plugin"], fromlist=["_"]), payload["plugin"])
-        except Exception:
-            pass
     if payload["backend"] not in registry.names:
         print(json.dumps({"unknown": True}), flush=True)
         return
@@ -190,7 +190,7 @@ def _child(path: str) -> None:
         placement = build_placement(ir, backend, args, mode=payload["mode"], options=payload["options"])
         _, wrong = check_call(ir, placement.fn, args, twice=True)
         verdict = {"ok": True, "reason": ""} if wrong is None else {"ok": True, "reason": f"(ran; {wrong})"}
-    except Exception as e:  # an exception is no danger to the parent: it measures the candidate itself
+    except Exception as e:  # noqa: BLE001 -- an exception is no danger to the parent: it measures the candidate itself
         verdict = {"ok": True, "reason": f"(raised {type(e).__name__})"}
     print(json.dumps(verdict), flush=True)
 

@@ -33,7 +33,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -165,7 +166,7 @@ def _demotion_path(ir: GraphIR, signature: tuple, backend: Any) -> Any:
 def _version(backend: Any) -> str:
     try:
         return str(backend.version)
-    except Exception:
+    except Exception:  # noqa: BLE001 -- a backend's fault of any kind is a measurement, never the user's crash
         return "?"
 
 

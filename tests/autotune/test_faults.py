@@ -267,8 +267,13 @@ def test_nonfinite_unsafe_ops_are_checked_on_every_nonfinite_call():
         torch._dynamo.reset()
         backend.nonfinite_unsafe = unsafe
         compiled = torchmux.compile(f, backend="fault_none", options={"verify": "sparse"})
-        checks = []
-        verify.check_call = lambda *a, **k: checks.append(1) or real(*a, **k)  # counts, then runs the real check
+        checks: list[int] = []
+
+        def counting(*a, checks=checks, **k):  # counts, then runs the real check
+            checks.append(1)
+            return real(*a, **k)
+
+        verify.check_call = counting
         try:
             assert_eager([compiled(x) for x in inputs], inputs)
         finally:
@@ -306,5 +311,5 @@ def test_naming_a_builtin_plugin_again_keeps_it():
 
     env = dict(os.environ, TORCHMUX_PLUGINS="torchmux.backends.eager")
     out = subprocess.run([sys.executable, "-c", "import torchmux.core.registry as m; print('eager' in m.get_registry().names)"],
-                         capture_output=True, text=True, env=env, timeout=300)
+                         capture_output=True, text=True, env=env, timeout=300, check=False)
     assert out.stdout.strip() == "True", out.stderr[-2000:]
