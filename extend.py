@@ -13,19 +13,30 @@ the built-ins.
 - Symbolic graphs: :func:`export_program` (``torch.export`` with one ``Dim`` per symbol, tensor
   inputs only: :func:`tensor_inputs`).
 - Claims: :func:`load_claims` reads the conformance suite's results (``python -m
-  torchmux.testing.probe NAME --write claims.json``).
+  torchmux.testing.probe NAME --write claims.json``); :func:`load_nonfinite_unsafe` the ops in it that
+  differ from eager on NaN/±inf inputs (set them as ``Backend.nonfinite_unsafe``).
 - Environment probes that never import the library they ask about: :func:`package_version`,
   :func:`module_present`, :func:`version_tuple`, :func:`has_cuda`.
 - Artifacts: :func:`artifact_dir` (under ``TORCHMUX_CACHE_DIR``), :func:`atomic_write`,
   :func:`debug_dir` (``TORCHMUX_DEBUG_DIR``); the fleet's shared cache (``TORCHMUX_REMOTE_CACHE``):
   :func:`fetch_artifact` (is the file here, locally or fetched from the remote cache?) and
   :func:`publish_artifact` (send a file just built), ``executable=True`` for shared libraries (they
-  travel only signed with the fleet key).
+  travel only signed with the fleet key);
+  :func:`sign` and :func:`authentic` (HMAC-SHA256 under a
+  per-user key): load an executable artifact only when ``authentic`` says so, else rebuild it.
 """
 
 from __future__ import annotations
 
-from .core.artifacts import artifact_dir, atomic_write, debug_dir, load_claims
+from .core.artifacts import (
+    artifact_dir,
+    atomic_write,
+    authentic,
+    debug_dir,
+    load_claims,
+    load_nonfinite_unsafe,
+    sign,
+)
 from .core.backend import (
     CONTRACT_VERSION,
     Availability,
@@ -47,7 +58,7 @@ from .core.symbolic import export_program, size_outputs, tensor_inputs
 
 __all__ = [
     "CONTRACT_VERSION", "Availability", "Backend", "CompileRequest", "CompiledGraph", "GraphIR", "Option", "TensorSpec",
-    "artifact_dir", "atomic_write", "debug_dir", "export_program", "fetch_artifact", "has_cuda", "hookimpl",
-    "kernel_count_of", "load_claims", "module_present", "node_float_dtypes", "op_name", "package_version",
-    "publish_artifact", "size_outputs", "spec_of", "tensor_inputs", "version_tuple",
+    "artifact_dir", "atomic_write", "authentic", "debug_dir", "export_program", "fetch_artifact", "has_cuda", "hookimpl",
+    "kernel_count_of", "load_claims", "load_nonfinite_unsafe", "module_present", "node_float_dtypes", "op_name",
+    "package_version", "publish_artifact", "sign", "size_outputs", "spec_of", "tensor_inputs", "version_tuple",
 ]

@@ -76,6 +76,10 @@ def compile(
         compiled.forward = scoped(compiled.forward)  # Dynamo's switches, scoped to each call
     elif config.get("mend"):
         compiled = functools.wraps(model)(scoped(compiled))
+    if isinstance(compiled, torch.nn.Module):
+        compiled.forward = _numpy_runs_eagerly(compiled.forward, model.forward)  # type: ignore[union-attr]
+    else:
+        compiled = functools.wraps(model)(_numpy_runs_eagerly(compiled, model))
     if not fullgraph:
         return compiled
     if isinstance(compiled, torch.nn.Module):
@@ -154,3 +158,16 @@ def _fullgraph_message(e: BaseException) -> str:
         f"{reason}. Remove that break (torchmux.explain(model, *args) lists every break), "
         "or compile with fullgraph=False to let Python run between graphs."
     )
+
+
+def _numpy_runs_eagerly(fn: Callable[..., Any], original: Callable[..., Any]) -> Callable[..., Any]:
+    """A NumPy array argument runs the original code: eager's behaviour (a TypeError from torch, or
+    whatever the user's code does with it) is kept; Dynamo would quietly trace it as a tensor."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if any(type(a).__module__ == "numpy" for a in args) or any(type(v).__module__ == "numpy" for v in kwargs.values()):
+            return original(*args, **kwargs)
+        return fn(*args, **kwargs)
+
+    return run

@@ -26,6 +26,7 @@ import torch
 from ..core import remote_cache, settings
 from ..core.ir import GraphIR
 from ..core.machine import machine_kind
+from ..core.records import decision_problem, set_aside
 
 
 def decision_key(ir: GraphIR, signature: tuple, candidates: Sequence[Any], mode: str | None, split: int = 0) -> str:
@@ -60,14 +61,25 @@ def _path(key: str) -> Path:
 
 
 def load(key: str) -> dict[str, Any] | None:
+    """The record for ``key`` if there is one (locally, or fetched from the remote cache) and it has the
+    schema of core/records.py (else set aside)."""
     path = _path(key)
     try:
-        if remote_cache.fetch_artifact(path):
-            record = json.loads(path.read_text())
-            return record if isinstance(record, dict) else None
-    except (OSError, ValueError):
-        pass
-    return None
+        if not remote_cache.fetch_artifact(path):
+            return None
+        text = path.read_text()
+    except OSError:
+        return None
+    try:
+        record = json.loads(text)
+    except ValueError as e:
+        set_aside(path, f"not JSON: {e}")
+        return None
+    problem = decision_problem(record)
+    if problem:
+        set_aside(path, problem)
+        return None
+    return record
 
 
 def store(key: str, record: dict[str, Any]) -> None:

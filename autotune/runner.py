@@ -19,14 +19,14 @@ from typing import Any
 import torch
 
 from ..core import settings
-from ..core.compare import mismatch
 from ..core.config import CompileConfig
 from ..core.errors import TorchmuxFallbackWarning
 from ..core.ir import GraphIR
 from ..core.registry import get_registry
+from ..core.userframe import user_location, warn_at
 from . import decisions as cache
-from . import distributed, progress
-
+from . import distributed, isolate, progress, verify
+from .guard import Guard
 from .placement import build_placement
 from .shapes import SymbolicChooser, describe_range, size_range, symbol_values
 from .split import Plan, build_split, try_split
@@ -60,12 +60,14 @@ class GraphRunner:
         # a symbolic graph is decided per size range, each backend compiled once (shapes.py)
         self.symbolic = None if ir.is_static else SymbolicChooser(ir, config)
         self._symbolic_eager: Measurement | None = None
+        self._where = None  # the user's line that made the first call: fallback warnings point there
 
     def __call__(self, *args: Any) -> list[Any]:
         sig = _signature(args, self._keyed)
         fn = self._fns.get(sig)
         if fn is None:
             with self._lock:
+                self._where = user_location()
                 fn = self._fns.get(sig) or self._decide_in_clean_thread(sig, args)
         return fn(*args)
 
@@ -104,6 +106,15 @@ class GraphRunner:
             return self._decide_symbolic(sig, args)
         config = self.config
         candidates = self._candidates(args)
+        demotions = [Measurement(b.name, math.inf, False, f"demoted earlier: {why}") for b in candidates
+                     if (why := verify.demoted(self.ir, sig, b))]
+        candidates = [b for b in candidates if b.name not in {m.backend for m in demotions}]
+        if config.auto and len(candidates) > 1:  # isolate.py: a crash or hang in a new candidate stays in a child
+            candidates, unsafe = isolate.screen(
+                self.ir, sig, candidates, args, mode=config.mode, options=config.options_for,
+                isolation=config.get("isolate") or settings.ISOLATE.get(),
+                deadline=float(config.get("trial_deadline") or settings.TRIAL_DEADLINE.get()))
+            demotions += [Measurement(name, math.inf, False, why) for name, why in unsafe]
         registry = get_registry()
         tuned = config.auto and len(candidates) > 1
         key = cache.decision_key(self.ir, sig, candidates, config.mode, config.split_segments) if tuned else ""
@@ -117,13 +128,13 @@ class GraphRunner:
         elif config.auto and (remembered := self._remembered(sig, candidates, args)) is not None:
             decision = remembered
         else:
-            verify = config.auto or config.get("verify")
+            checked = config.auto or verify.policy_of(config.get("verify")) != "off"
             bar = progress.for_graph(self.ir.name, len(candidates)) if tuned else None
             try:
-                results = measure(
+                results = demotions + measure(
                     self.ir, candidates, args, mode=config.mode, options=config.options_for,
                     time_budget=float(config.get("autotune_budget")), timed=config.auto, progress=bar,
-                ) if verify else self._unverified(candidates, args)
+                ) if checked else self._unverified(candidates, args)
             finally:
                 if bar is not None:
                     bar.close()
@@ -137,7 +148,7 @@ class GraphRunner:
                                 seconds=m.seconds, ok=m.ok, reason=m.reason)
             best = choose(results)
             failed = [m for m in results if not m.ok]
-            if not candidates:
+            if not candidates and not demotions:
                 why = (f"backend {config.names[0]!r} does not run on {args[0].device.type if args else '?'}"
                        f"{' or with symbolic shapes' if not self.ir.is_static else ''}")
                 failed = [Measurement(config.names[0], math.inf, False, why)]
@@ -145,11 +156,11 @@ class GraphRunner:
                 best = self._eager_fallback(args)
                 results = list(results) + [best]
             if failed and (not config.auto or settings.VERBOSE.get()):
-                warnings.warn(
+                warn_at(
                     f"torchmux: on graph {self.ir.name} ({len(self.ir.op_nodes)} ops), "
                     + "; ".join(f"{m.backend} {m.reason}" for m in failed)
                     + f". Running it on {best.backend} instead.",
-                    TorchmuxFallbackWarning, stacklevel=3,
+                    TorchmuxFallbackWarning, self._where,
                 )
             decision = Decision(best, list(results))
             if tuned and best.ok:
@@ -162,7 +173,10 @@ class GraphRunner:
             print(f"[torchmux] {self.ir.name} {list(sig)[:2]}: "
                   + " | ".join(m.summary for m in decision.measurements) + f" -> {decision.backend}", file=sys.stderr)
         self.decisions[sig] = decision
-        fn = decision.chosen.placement.fn  # type: ignore[union-attr]
+        ranked = [decision.chosen] + sorted((m for m in decision.measurements if m is not decision.chosen and m.ok),
+                                            key=lambda m: m.seconds if m.seconds == m.seconds else math.inf)
+        fn = Guard(self.ir, sig, self._keyed, verify.policy_of(config.get("verify")), ranked,
+                   lambda: self._eager_fallback(args), checked_first=False)
         self._fns[sig] = fn
         return fn
 
@@ -241,7 +255,7 @@ class GraphRunner:
         try:
             placement = plan and build_split(self.ir, plan, candidates, args, mode=self.config.mode,
                                              options=self.config.options_for)
-            if not placement or mismatch(placement.fn(*args), self.ir.run_reference(*args)):
+            if not placement or verify.check_call(self.ir, placement.fn, args, twice=True)[1]:
                 return None
         except Exception:
             return None

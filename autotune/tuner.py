@@ -33,9 +33,9 @@ from typing import Any
 import torch
 
 from ..core.backend import ESTIMATE_SKIP_FACTOR, Backend, CompileRequest
-from ..core.compare import mismatch
 from ..core.ir import GraphIR
 from .placement import Placement, build_placement
+from .verify import check_call, clone_inputs
 
 
 @dataclass
@@ -104,7 +104,8 @@ def measure(
 ) -> list[Measurement]:
     """Compile, check and (if ``timed``) time every backend on ``args``. Never raises for a backend's fault.
     ``progress(candidate, "compile" | "time")`` is called as each step starts (autotune/progress.py)."""
-    reference = ir.run_reference(*args)
+    args = clone_inputs(args, ir.input_kinds)  # trials never touch the user's tensors
+    reference = ir.run_reference(*clone_inputs(args, ir.input_kinds))
     results: list[Measurement] = skipped_by_estimate(ir, backends, args, mode, options)
     live: list[tuple[Measurement, Callable[..., Any]]] = []
     for backend in backends:
@@ -120,15 +121,15 @@ def measure(
             continue
         m = Measurement(backend.name, math.inf, False, "", placement.compile_seconds, placement)
         results.append(m)
-        try:
-            first = _time_once(placement.fn, args)  # also the warm-up
-            out = placement.fn(*args)
+        try:  # on copies of the user's inputs, twice (verify.py: inputs and reused buffers are part of the answer)
+            t1 = time.perf_counter()
+            _, wrong = check_call(ir, placement.fn, args, twice=True, reference=reference)
+            first = time.perf_counter() - t1  # also the warm-up
         except Exception as e:
             m.reason = f"crashed: {short_error(e)}"
             continue
-        wrong = mismatch(out, reference)
         if wrong:
-            m.reason = f"wrong answer: {wrong}"
+            m.reason = wrong
             continue
         m.ok = True
         m.seconds = first

@@ -329,9 +329,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_json:
         from .report import format_report, write_chart
 
-        report = json.loads(args.from_json.read_text())
-        chart = write_chart(report, args.from_json.with_suffix(".png"))
-        print(format_report(report) + (f"\n\nwrote {chart}" if chart else ""))
+        try:
+            report = json.loads(args.from_json.read_text())
+            text = format_report(report)
+            chart = write_chart(report, args.from_json.with_suffix(".png"))
+        except OSError as e:
+            print(f"torchmux bench: cannot read --from-json {args.from_json}: {e.strerror or e}", file=sys.stderr)
+            return 2
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
+            print(f"torchmux bench: --from-json {args.from_json} is not a bench report written by `torchmux bench` "
+                  f"(bench.json): {type(e).__name__}: {e}", file=sys.stderr)
+            return 2
+        print(text + (f"\n\nwrote {chart}" if chart else ""))
         return 0
     try:
         if args.batch_size < 1 or args.rounds < 1:

@@ -4,18 +4,32 @@ Every on-disk artifact lives under ``$TORCHMUX_CACHE_DIR/<backend>/``; :func:`ar
 folder. Writes go through :func:`atomic_write`: the data lands in a temporary file in the same folder
 and is renamed into place, so a reader (another process, another thread) sees the old file or the new
 one, never half of one. Backends reach both through :mod:`torchmux.extend`.
+
+**Executable artifacts are loaded only when authenticated.** A cache directory may be shared or
+writable by someone else; a library or kernel planted there would run as the user. :func:`sign`
+writes ``<file>.hmac`` beside an artifact: HMAC-SHA256 of its bytes under a per-user secret
+(``TORCHMUX_KEY_FILE``, default ``~/.config/torchmux/key``: 32 random bytes, created 0600, outside the
+cache, refused if another user can read or write it). :func:`authentic` says whether a file is
+exactly what this user's torchmux wrote; a backend rebuilds anything else and never loads it.
+A shared cache directory therefore shares data (decisions, ONNX models are re-checked anyway) but
+never code: another user's libraries fail authentication and are rebuilt under this user's key.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
+import secrets
+import stat
 import tempfile
 from pathlib import Path
 
 from . import settings
 
-__all__ = ["artifact_dir", "atomic_write", "debug_dir", "load_claims"]
+__all__ = ["NONFINITE_KEY", "artifact_dir", "atomic_write", "authentic", "debug_dir", "load_claims",
+           "load_nonfinite_unsafe", "sign"]
 
 
 def artifact_dir(*parts: str) -> Path:
@@ -52,4 +66,52 @@ def load_claims(path: Path | str) -> dict[str, frozenset[str]]:
     (``torch.float32`` without ``torch.``); the result maps each to the frozenset of ops that passed.
     """
     record = json.loads(Path(path).read_text())
-    return {k: frozenset(v) for k, v in record.items() if k != "command"}
+    return {k: frozenset(v) for k, v in record.items() if k not in ("command", NONFINITE_KEY)}
+
+
+#: the claims file's list of ops that differ from eager when their inputs hold NaN or ±inf
+NONFINITE_KEY = "nonfinite_unsafe"
+
+
+def load_nonfinite_unsafe(path: Path | str) -> frozenset[str]:
+    """The ops a claims file lists under ``"nonfinite_unsafe"`` (empty if it has no such list)."""
+    return frozenset(json.loads(Path(path).read_text()).get(NONFINITE_KEY, ()))
+
+
+def _key() -> bytes:
+    """This user's secret: read from ``TORCHMUX_KEY_FILE``, created (0600) on first use."""
+    path = Path(settings.KEY_FILE.get())
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(secrets.token_bytes(32))
+        st = path.stat()
+    if st.st_uid != os.getuid() or st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise PermissionError(f"{path} must belong to this user with mode 0600 (chmod 600 {path}); "
+                              "torchmux will not trust artifacts signed with a key others can read")
+    return path.read_bytes()
+
+
+def _mac(path: Path) -> str:
+    h = hmac.new(_key(), digestmod=hashlib.sha256)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def sign(path: Path) -> None:
+    """Write ``<path>.hmac``: this user's HMAC-SHA256 of the artifact at ``path``. Raises OSError if it cannot."""
+    atomic_write(path.with_name(path.name + ".hmac"), _mac(path))
+
+
+def authentic(path: Path) -> bool:
+    """Whether ``path`` is an artifact this user's torchmux wrote, unaltered (its ``.hmac`` matches)."""
+    try:
+        expected = path.with_name(path.name + ".hmac").read_text().strip()
+        return hmac.compare_digest(expected, _mac(path))
+    except (OSError, ValueError):
+        return False

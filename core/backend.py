@@ -155,6 +155,10 @@ class Backend:
     #: any other name and a value of the wrong type, saying which names are allowed. None: not
     #: declared, every name is passed through unchecked (free-form options, or an older plugin)
     options_schema: Mapping[str, Option] | None = None
+    #: claimed ops that differ from eager when their inputs hold NaN or ±inf (the conformance suite's
+    #: non-finite variants, ``"nonfinite_unsafe"`` in claims.json): a graph holding one is re-checked on
+    #: every call whose inputs are not all finite (autotune/verify.py)
+    nonfinite_unsafe: frozenset[str] = frozenset()
 
     @property
     def version(self) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,9 +16,13 @@ MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cu
 
 #: torchmux's own options (everything else in ``options`` must name a backend)
 OWN_OPTIONS: dict[str, tuple[type, Any, str]] = {
-    "verify": (bool, True, "check a named backend's first answer against the reference and fall back if wrong"),
+    "verify": (object, True, "when the chosen backend's answer is checked against the reference: 'off' (False), 'first', "
+               "'sparse' (True, the default: calls 1, 2, 4, 8, ..., then every 8192nd, and inputs of a new kind), 'always'"),
     "autotune_budget": (float, 0.5, "seconds of timing per graph and input shape when choosing a backend"),
     "mend": (bool, True, "rewrite graph-breaking Python (tensor if, print, .item() for logging...) before capture"),
+    "isolate": (str, None, "which candidates auto tries first in a child process: 'off', 'third-party', 'all' "
+                "(default: TORCHMUX_ISOLATE, else 'third-party')"),
+    "trial_deadline": (float, None, "seconds an isolated trial's compile and calls may take (default: TORCHMUX_TRIAL_DEADLINE)"),
     "split": (int, None, "auto: also try each graph cut into up to N segments, each on its fastest correct backend "
               "(default 4 under mode='max-autotune', else 0: off)"),
 }
@@ -99,7 +104,7 @@ def _split_options(options: Mapping[str, Any], backend_names: set[str]) -> tuple
             typ = OWN_OPTIONS[key][0]
             if not isinstance(value, typ) and not (typ is float and isinstance(value, int)):
                 raise BadArgumentError(f"options[{key!r}] must be {typ.__name__}, got {value!r}")
-            own[key] = value
+            own[key] = _checked(key, value)
         elif key in backend_names and isinstance(value, Mapping):
             per.setdefault(key, {}).update(value)
         elif "." in key and key.split(".", 1)[0] in backend_names:
@@ -112,6 +117,9 @@ def _split_options(options: Mapping[str, Any], backend_names: set[str]) -> tuple
                 + f"; backend options are written '<backend>.<option>' or {{'<backend>': {{...}}}} "
                 f"with a backend among {', '.join(sorted(backend_names))}"
             )
+    for name, opts in per.items():
+        if "providers" in opts:
+            _check_providers(name, opts["providers"])
     return own, per
 
 
@@ -135,3 +143,30 @@ def check_backend_options(backend: Backend, given: Mapping[str, Any]) -> None:
                 f"options[{backend.name + '.' + key!r}] must be {schema[key].type_name}, got {value!r} "
                 f"({type(value).__name__}). {key}: {schema[key].help}"
             )
+
+
+def _check_providers(backend: str, providers: Any) -> None:
+    """A provider list is names, or (name, options dict) pairs, in priority order."""
+    ok = isinstance(providers, (list, tuple)) and bool(providers) and all(
+        (isinstance(p, str) and p) or (isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], str)
+                                       and isinstance(p[1], Mapping)) for p in providers)
+    if not ok:
+        raise BadArgumentError(
+            f"options['{backend}.providers']={providers!r}: pass a non-empty list of execution provider names "
+            "or (name, options dict) pairs, best first, e.g. ['CUDAExecutionProvider', 'CPUExecutionProvider']")
+
+
+def _checked(key: str, value: Any) -> Any:
+    """``options[key]`` if it is within what the option accepts; else an error saying what is allowed."""
+    if key == "verify" and not (isinstance(value, bool) or value in ("off", "first", "sparse", "always")):
+        raise BadArgumentError(f"options['verify'] must be bool (True: 'sparse', False: 'off') or one of 'off', 'first', "
+                               f"'sparse', 'always'; got {value!r}")
+    if key == "autotune_budget" and (isinstance(value, bool) or not math.isfinite(value) or value < 0):
+        raise BadArgumentError(f"options['autotune_budget']={value!r}: pass a finite number of seconds >= 0")
+    if key == "isolate" and value not in ("off", "third-party", "all"):
+        raise BadArgumentError(f"options['isolate']={value!r}: pass 'off', 'third-party' or 'all'")
+    if key == "trial_deadline" and (isinstance(value, bool) or not math.isfinite(value) or value <= 0):
+        raise BadArgumentError(f"options['trial_deadline']={value!r}: pass a finite number of seconds > 0")
+    if key == "split" and (isinstance(value, bool) or value < 0):
+        raise BadArgumentError(f"options['split']={value!r}: pass an int >= 0 (0: no split)")
+    return value

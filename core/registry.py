@@ -95,9 +95,8 @@ class Registry:
         self._register(plugin, name, package)
 
     def _register(self, plugin: Any, name: str, package: str) -> bool:
-        if self.pm.is_registered(plugin):
-            # already there (a built-in named again in TORCHMUX_PLUGINS): keep the registered one
-            return True
+        if self.pm.is_registered(plugin):  # the same module named twice (TORCHMUX_PLUGINS=torchmux.backends.eager)
+            return True  # keeps the first registration: never removes it
         try:
             self.pm.register(plugin, name=name)
             self.pm.check_pending()
@@ -200,12 +199,24 @@ class Registry:
     def hook(self) -> Any:
         return self.pm.hook
 
+    def package_of(self, name: str) -> str | None:
+        """The distribution that provides backend ``name`` ("torchmux" for the built-ins), or None."""
+        entry = self._entries.get(name)
+        return entry.package if entry else None
+
+    def plugin_of(self, name: str) -> str | None:
+        """The plugin name (a module name for modules registered at run time) that provides backend ``name``."""
+        entry = self._entries.get(name)
+        return entry.plugin if entry else None
+
     def notify(self, hook_name: str, **kwargs: Any) -> None:
-        """Call an observation hook; an observer that raises is reported, never fatal."""
-        try:
-            getattr(self.pm.hook, hook_name)(**kwargs)
-        except Exception as e:
-            warnings.warn(f"a torchmux plugin's {hook_name} hook raised {type(e).__name__}: {e}", stacklevel=2)
+        """Call an observation hook plugin by plugin; one that raises is named in a warning, the others still run."""
+        for impl in reversed(getattr(self.pm.hook, hook_name).get_hookimpls()):  # pluggy's order: last registered first
+            try:
+                impl.function(**{k: kwargs[k] for k in impl.argnames if k in kwargs})
+            except Exception as e:
+                warnings.warn(f"torchmux plugin {impl.plugin_name!r}: its {hook_name} hook raised "
+                              f"{type(e).__name__}: {e}; the other plugins' hooks still ran", stacklevel=2)
 
 
 def _is_backend(obj: Any) -> bool:

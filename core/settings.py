@@ -112,3 +112,24 @@ DISTRIBUTED_TIMEOUT = _define(
     "TORCHMUX_DISTRIBUTED_TIMEOUT", 1800.0, _seconds,
     "Under torch.distributed, how long ranks other than 0 wait for rank 0's autotune decision on a graph.",
 )
+ISOLATE = _define(
+    "TORCHMUX_ISOLATE", "third-party", lambda raw: _choice(raw, ("off", "third-party", "all")),
+    "Which candidate backends auto tries first in a child process (a crash or hang there cannot take the "
+    "program down): 'third-party' (default: plugins not shipped with torchmux), 'all', or 'off'. "
+    "The option isolate=... overrides it per compile().",
+)
+TRIAL_DEADLINE = _define(
+    "TORCHMUX_TRIAL_DEADLINE", 300.0, float,
+    "Seconds an isolated trial's compile and first calls may take before the candidate fails as 'timed out'.",
+)
+KEY_FILE = _define(
+    "TORCHMUX_KEY_FILE", Path(os.path.expanduser("~/.config/torchmux/key")), lambda raw: Path(raw).expanduser(),
+    "The per-user secret (created 0600 on first use, kept outside the cache) that authenticates the "
+    "executable artifacts torchmux caches (HMAC-SHA256): a library planted in the cache is rebuilt, never loaded.",
+)
+
+
+def _choice(raw: str, allowed: tuple[str, ...]) -> str:
+    if raw not in allowed:
+        raise ValueError(f"expected one of {', '.join(allowed)}")
+    return raw

@@ -8,6 +8,7 @@ pointwise ops) keep one case each and small shapes so the matrix stays lean.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +56,18 @@ class Case:
     def inputs(self, dtype: torch.dtype, seed: int = 0) -> list[torch.Tensor]:
         gen = torch.Generator().manual_seed(seed)
         return [a.make(dtype, gen) for a in self.args]
+
+    def nonfinite_inputs(self, dtype: torch.dtype, seed: int = 0) -> list[torch.Tensor]:
+        """The same inputs with NaN, +inf and -inf planted in the first elements of each floating input
+        (a "positive" input gets +inf and NaN only: its op is undefined below zero anyway)."""
+        out = self.inputs(dtype, seed)
+        for a, t in zip(self.args, out):
+            if a.kind in (FLOAT, POS) and t.numel():
+                flat = t.view(-1)
+                planted = [math.nan, math.inf] if a.kind == POS else [math.nan, math.inf, -math.inf]
+                for i, v in enumerate(planted[: flat.numel()]):
+                    flat[i * max(1, flat.numel() // len(planted))] = v
+        return out
 
 
 A = Arg

@@ -95,3 +95,9 @@ def check_sizes(backend: Backend, ir: GraphIR, calls: Sequence[Sequence[Any]], t
         if wrong:
             return f"at sizes {[tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args]}: {wrong}"
     return None
+
+
+def check_nonfinite(backend: Backend, case: Any, dtype: torch.dtype) -> str | None:
+    """:func:`check` on the case's NaN/±inf variant: None if the backend matches eager on them too."""
+    inputs = case.nonfinite_inputs(dtype)
+    return check(backend, case_ir(case.fn, case.inputs(dtype), case.id), inputs, case.tol)

@@ -19,15 +19,22 @@ import torch
 
 from ..core.registry import get_registry
 from .cases import CASES
-from .check import case_ir, check
+from ..core.artifacts import NONFINITE_KEY
+from .check import case_ir, check, check_nonfinite
 
 
-def probe(name: str, dtypes: list[torch.dtype]) -> tuple[dict[str, list[str]], list[str]]:
-    """``({dtype name: [ops passed]}, [failure lines])`` for backend ``name``."""
+def probe(name: str, dtypes: list[torch.dtype], nonfinite: bool = True) -> tuple[dict[str, list[str]], list[str]]:
+    """``({dtype name: [ops passed], "nonfinite_unsafe": [ops]}, [failure lines])`` for backend ``name``.
+
+    Every op that passes is run again with NaN and ±inf in its inputs; one that then differs from eager
+    is listed under ``"nonfinite_unsafe"``: still claimed, but the checking policy (autotune/verify.py)
+    re-checks a graph holding it on every call whose inputs are not all finite.
+    """
     backend = get_registry().require(name)
     backend.claims, backend.ops = None, None  # probe everything
     passed: dict[str, list[str]] = {str(d).removeprefix("torch."): [] for d in dtypes}
     failed: list[str] = []
+    unsafe: list[str] = []
     for case in CASES:
         for dtype in dtypes:
             inputs = case.inputs(dtype if case.floats else torch.float32)
@@ -37,8 +44,18 @@ def probe(name: str, dtypes: list[torch.dtype]) -> tuple[dict[str, list[str]], l
                 err = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             if err:
                 failed.append(f"{case.op} [{dtype}]: {err[:200]}")
-            else:
-                passed[str(dtype).removeprefix("torch.")].append(case.op)
+                continue
+            passed[str(dtype).removeprefix("torch.")].append(case.op)
+            if case.floats and nonfinite:
+                try:
+                    err = check_nonfinite(backend, case, dtype)
+                except Exception as e:
+                    err = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                if err and case.op not in unsafe:
+                    unsafe.append(case.op)
+                    failed.append(f"{case.op} [{dtype}, NaN/inf inputs]: {err[:200]}")
+    if nonfinite:
+        passed[NONFINITE_KEY] = unsafe
     return passed, failed
 
 
@@ -53,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     for line in failed:
         print("# FAIL", line, file=sys.stderr)
     for dtype, ops in passed.items():
+        if dtype == NONFINITE_KEY:
+            print(f"# {len(ops)} ops differ from eager on NaN/inf inputs: {', '.join(ops)}")
+            continue
         print(f"# {dtype}: {len(ops)} of {len(CASES)} ops pass on {args.backend}")
     if args.write:
         command = " ".join(["python -m torchmux.testing.probe", *(argv if argv is not None else sys.argv[1:])])

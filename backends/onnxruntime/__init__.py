@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from torchmux import extend
-from torchmux.extend import load_claims, module_present, package_version, spec_of
+from torchmux.extend import load_claims, load_nonfinite_unsafe, module_present, package_version, spec_of
 
 CPU, CUDA, TENSORRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
 _DISTRIBUTIONS = ("onnxruntime-gpu", "onnxruntime")
@@ -73,6 +73,7 @@ class OnnxRuntimeBackend(extend.Backend):
     claims = load_claims(Path(__file__).with_name("claims.json"))
     contract_version = extend.CONTRACT_VERSION
     options_schema = OPTIONS
+    nonfinite_unsafe = load_nonfinite_unsafe(Path(__file__).with_name("claims.json"))
 
     @property
     def description(self) -> str:  # type: ignore[override]

@@ -19,8 +19,10 @@ renamed, so processes sharing the folder never read half a file.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 import os
 import threading
 import time
@@ -46,6 +48,8 @@ from torchmux.extend import (
 from . import CPU, CUDA, OPTIONS, TENSORRT, usable_providers
 from .export import EXPORT_FORMAT, IR_VERSION, OPSET, export_onnx, tensor_outputs
 from torchmux.extend import tensor_inputs
+
+_log = logging.getLogger(__name__)
 
 # torch dtype -> (NumPy element type for IOBinding, ONNX Runtime's type string)
 _TYPES: dict[torch.dtype, tuple[type, str]] = {
@@ -362,6 +366,27 @@ def compile_graph(request: extend.CompileRequest) -> OrtGraph:
     providers = _provider_list(request)
     device = _device(request.example_inputs)
     folder = _cache_dir(ir, providers)
+    try:
+        return _open(request, ir, providers, device, folder)
+    except Exception as e:
+        if not _damaged(e):
+            raise
+        # a truncated or altered model in the cache: set it aside and rebuild once, instead of failing
+        # (and warning) in every later process
+        for name in ("model.onnx", "model.opt.onnx"):
+            with contextlib.suppress(OSError):
+                os.replace(folder / name, folder / f"{name}.bad")
+        _log.warning("onnxruntime: cached model in %s is damaged (%s); set aside as *.bad and rebuilt", folder, e)
+        return _open(request, ir, providers, device, folder)
+
+
+def _damaged(e: BaseException) -> bool:
+    """Whether ONNX Runtime refused a model file as unreadable (not a graph or provider it cannot run)."""
+    return type(e).__name__ in ("InvalidProtobuf", "NoSuchFile") or "protobuf" in str(e).lower()
+
+
+def _open(request: extend.CompileRequest, ir: GraphIR, providers: list[tuple[str, dict[str, Any]]],
+          device: torch.device, folder: Path) -> OrtGraph:
     folder.mkdir(parents=True, exist_ok=True)
     exported, optimized = folder / "model.onnx", folder / "model.opt.onnx"
     have_exported, have_optimized = fetch_artifact(exported), fetch_artifact(optimized)  # local, else the fleet's

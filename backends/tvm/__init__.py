@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from torchmux import extend
-from torchmux.extend import load_claims, module_present, package_version, version_tuple
+from torchmux.extend import load_claims, load_nonfinite_unsafe, module_present, package_version, version_tuple
 
 #: the oldest release whose API (tvm.compile, Relax VM, s_tir.meta_schedule, tvm-ffi DLPack) we use
 MIN_VERSION = (0, 21)
@@ -52,6 +52,7 @@ class TvmBackend(extend.Backend):
     dtypes = (torch.float32,)  # float16 not yet probed on the CPU; claimed only once its cases pass
     # what the conformance suite passed (`python -m torchmux.testing.probe tvm --write ...`)
     claims = load_claims(Path(__file__).with_name("claims.json"))
+    nonfinite_unsafe = load_nonfinite_unsafe(Path(__file__).with_name("claims.json"))
     contract_version = extend.CONTRACT_VERSION
     options_schema = OPTIONS
 

@@ -252,6 +252,11 @@ def _load(lib_dir: Path, key: str) -> Any | None:
     try:
         if json.loads(meta.read_text()).get("format") != FORMAT:
             return None
+        if not extend.authentic(so):  # planted or altered: never loaded (its constructors would run)
+            _log.warning("tvm: cached library %s is not signed with this user's key; set aside and rebuilt", so)
+            with contextlib.suppress(OSError):
+                os.replace(so, so.with_name(so.name + ".untrusted"))
+            return None
         return tvm.runtime.load_module(str(so))
     except Exception as e:  # a damaged artifact is rebuilt, never trusted
         _log.warning("tvm: ignoring cached library %s (%s); rebuilding", so, e)
@@ -265,6 +270,7 @@ def _store(lib_dir: Path, key: str, executable: Any, ir: extend.GraphIR, info: B
         os.close(fd)
         executable.export_library(tmp)
         os.replace(tmp, lib_dir / f"{key}.so")
+        extend.sign(lib_dir / f"{key}.so")
         info.library = str(lib_dir / f"{key}.so")
         meta = {
             "format": FORMAT,

@@ -16,6 +16,7 @@ import torch
 
 from torchmux.core.registry import get_registry
 from torchmux.testing import CASES, CASES_BY_OP, Case, case_ir, check, claims
+from torchmux.testing.check import check_nonfinite
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 SAMPLED = {"inductor"}  # backends that run one case per family
@@ -68,6 +69,19 @@ def _run(backend_name: str, case: Case, dtype: torch.dtype, device: str) -> None
 @pytest.mark.parametrize("backend_name,case,dtype", _params("cpu"))
 def test_op_cpu(backend_name: str, case: Case, dtype: torch.dtype) -> None:
     _run(backend_name, case, dtype, "cpu")
+
+
+@pytest.mark.slow  # compiles nothing new (the artifacts are keyed on the graph), but runs every claimed op again
+@pytest.mark.parametrize("backend_name,case,dtype", [p for p in _params("cpu") if p.values[2] in (torch.float32, None)
+                                                     and (p.values[1] is None or p.values[1].floats)])
+def test_op_cpu_nonfinite(backend_name: str, case: Case, dtype: torch.dtype) -> None:
+    """Claims hold for NaN and ±inf too, except where the claims file says they do not (nonfinite_unsafe)."""
+    backend = get_registry().get(backend_name)
+    if case.op in backend.nonfinite_unsafe:
+        pytest.skip(f"{backend_name} lists {case.op} as nonfinite_unsafe: graphs holding it are re-checked on NaN/inf inputs")
+    err = check_nonfinite(backend, case, dtype)
+    assert err is None, (f"{backend_name} claims {case.op} but differs from eager on NaN/inf inputs: {err}; "
+                         "re-run its probe to list it under nonfinite_unsafe")
 
 
 @pytest.mark.parametrize("backend_name,case,dtype", _params("cuda"))

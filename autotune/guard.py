@@ -1,0 +1,103 @@
+"""The callable a graph runs through after its backend is chosen: checks it on schedule, demotes it.
+
+:class:`Guard` runs the chosen backend's compiled graph and applies the checking policy of verify.py.
+A check that fails, or a call that raises, demotes the backend for this graph and signature (on disk
+too) with one :class:`TorchmuxFallbackWarning` at the user's line; the call is answered by the
+reference (wrong answer) or by the next correct candidate (exception), eager at worst. An exception
+that eager raises as well is the user's own and reaches the user unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..core.errors import TorchmuxFallbackWarning
+from ..core.ir import GraphIR, op_name
+from ..core.registry import get_registry
+from ..core.userframe import warn_at
+from . import verify
+from .tuner import Measurement, short_error
+
+
+class Guard:
+    def __init__(self, ir: GraphIR, signature: tuple, keyed: Sequence[int], policy: str,
+                 ranked: Sequence[Measurement], fallback: Callable[[], Measurement], checked_first: bool) -> None:
+        self.ir, self.signature, self.keyed, self.policy = ir, signature, list(keyed), policy
+        self._ranked = [m for m in ranked if m.ok and m.placement is not None]  # fastest first
+        self._fallback = fallback
+        self.calls = 0
+        self.kinds: set[tuple] = set()
+        self._checked_first = checked_first
+        self._random = verify.is_random(ir)
+        self.demotions: list[tuple[str, str]] = []
+        self._select()
+
+    @property
+    def backend(self) -> str:
+        return self.chosen.backend
+
+    def _select(self) -> None:
+        if not self._ranked:
+            self._ranked = [self._fallback()]
+        self.chosen = self._ranked[0]
+        self.fn = self.chosen.placement.fn  # type: ignore[union-attr]
+        self._trusted = self.chosen.backend == "eager"  # the reference's own ops: nothing to check
+        try:
+            unsafe = get_registry().get(self.chosen.backend).nonfinite_unsafe
+        except Exception:  # noqa: BLE001 -- a split or a Backend object outside the registry: nothing declared
+            unsafe = frozenset()
+        self._watch_nonfinite = bool(set(unsafe) & {op_name(n) for n in self.ir.op_nodes})
+
+    def __call__(self, *args: Any) -> Sequence[Any]:
+        self.calls += 1
+        if self._trusted or self.policy == "off":
+            return self._run(args)
+        check = self._due(args)
+        if not check:
+            return self._run(args)
+        try:
+            out, wrong = verify.check_call(self.ir, self.fn, args, twice=False)
+        except Exception as e:  # noqa: BLE001 -- a backend's fault of any kind is a measurement, never the user's crash
+            return self._demote(f"raised {short_error(e)} on call {self.calls}", args)
+        if wrong is None:
+            return out  # type: ignore[return-value]
+        reference = self.ir.run_reference(*verify.clone_inputs(args, self.ir.input_kinds))
+        self._demote(f"{wrong} (on call {self.calls}, checked by the verify policy {self.policy!r})", None)
+        return reference
+
+    def _due(self, args: Sequence[Any]) -> bool:
+        """Whether this call is checked (verify.py's policy)."""
+        if self.policy == "always":
+            return True
+        first = self.calls == 1
+        if self.policy == "first":
+            return first and not self._checked_first
+        kind = verify.input_kind(args, self.keyed)
+        new_kind = kind not in self.kinds
+        self.kinds.add(kind)
+        if first:
+            return not self._checked_first
+        if self._watch_nonfinite and any(k in ("nan", "inf") for k in kind):
+            return True  # an op the backend's claims mark unsafe on NaN/inf: every such call is checked
+        return new_kind or verify.scheduled(self.calls)
+
+    def _run(self, args: Sequence[Any]) -> Sequence[Any]:
+        try:
+            return self.fn(*args)
+        except Exception as e:
+            if self._trusted:
+                raise  # eager raised it: the user's own exception
+            return self._demote(f"raised {short_error(e)} on call {self.calls}", args)
+
+    def _demote(self, reason: str, args: Sequence[Any] | None) -> Any:
+        """Stop using the chosen backend for this graph; answer ``args`` (if given) with the next candidate."""
+        bad = self.chosen.backend
+        self.demotions.append((bad, reason))
+        if bad in get_registry().names:  # a Backend object outside the registry: remembered in this process only
+            verify.remember_demotion(self.ir, self.signature, get_registry().get(bad), reason)
+        self._ranked = self._ranked[1:]
+        self._select()
+        warn_at(f"torchmux: backend {bad!r} demoted on graph {self.ir.name} ({len(self.ir.op_nodes)} ops): {reason}. "
+                f"Running it on {self.chosen.backend} from now on.", TorchmuxFallbackWarning)
+        return self(*args) if args is not None else None

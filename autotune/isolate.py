@@ -1,0 +1,212 @@
+"""Isolated trials: a candidate never run on this machine for this graph is first tried in a child process.
+
+A segfault, ``abort()`` or hang in a backend's compile or first calls then kills or stalls only the
+child. The parent ships the graph (its GraphModule pickles as Python code), the input kinds, copies
+of the inputs, the backend's name and the plugin module that provides it, with ``torch.save`` to a
+temporary file, and runs ``python -m torchmux.autotune.isolate FILE``. The child rebuilds the IR
+(re-normalizing the code restores each value's metadata), compiles the backend, calls it twice and
+prints one JSON line. The verdict — ``ok``, ``crashed with signal N``, ``exited with status N``,
+``timed out after S s`` — is remembered under ``$TORCHMUX_CACHE_DIR/trials/`` keyed like decisions
+(graph fingerprint, signature, backend name and version, mode, torch's and torchmux's versions), so
+the cost is paid once per graph and backend. What the child built reaches the parent through the
+backend's own disk cache (TVM libraries, ONNX models), not a second build.
+
+Which candidates are isolated (``options={"isolate": ...}`` or ``TORCHMUX_ISOLATE``):
+``"third-party"`` (default: backends whose plugin is not torchmux itself; torchmux's own backends
+have passed its conformance suite, and isolating them would add a child's start, seconds, to every
+graph the test suite compiles), ``"all"``, or ``"off"``. A backend the child cannot find (an object
+passed as ``backend=`` rather than registered from a module) is run in-process, unisolated.
+
+The deadline (``options={"trial_deadline": S}`` or ``TORCHMUX_TRIAL_DEADLINE``, default 300 s) covers
+the compile and the two calls; the child's own start (importing torch) has its own generous limit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..core import settings
+from ..core.artifacts import atomic_write
+from ..core.ir import GraphIR
+from ..core.registry import get_registry
+
+MODES = ("off", "third-party", "all")
+STARTUP_SECONDS = 180.0  # importing torch and the backend in a cold child on a loaded machine
+
+
+def wanted(backend: Any, mode: str) -> bool:
+    """Whether ``backend`` is tried in a child first under isolation ``mode``."""
+    if mode == "off" or backend.name == "eager":
+        return False
+    if mode == "all":
+        return True
+    return get_registry().package_of(backend.name) not in ("torchmux", None)
+
+
+def _key(ir: GraphIR, signature: tuple, backend: Any, mode: str | None) -> str:
+    from ..core.version import __version__
+
+    try:
+        version = str(backend.version)
+    except Exception:  # noqa: BLE001 -- a backend's fault of any kind is a measurement, never the user's crash
+        version = "?"
+    parts = [ir.fingerprint(), repr(signature), backend.name, version, mode or "default", torch.__version__, __version__]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
+
+
+def _verdict_path(key: str) -> Path:
+    return settings.CACHE_DIR.get() / "trials" / f"{key}.json"
+
+
+def remembered(key: str) -> dict[str, Any] | None:
+    """The verdict a previous trial left for ``key``, if the record is well formed."""
+    try:
+        record = json.loads(_verdict_path(key).read_text())
+    except (OSError, ValueError):
+        return None
+    if isinstance(record, dict) and isinstance(record.get("ok"), bool) and isinstance(record.get("reason"), str):
+        return record
+    return None
+
+
+def trial(ir: GraphIR, signature: tuple, backend: Any, args: Sequence[Any], *, mode: str | None,
+          options: dict[str, Any], deadline: float) -> tuple[bool, str] | None:
+    """(ok, reason) for ``backend`` on this graph, from the disk or from a child; None: cannot isolate it."""
+    key = _key(ir, signature, backend, mode)
+    if (old := remembered(key)) is not None:
+        return old["ok"], old["reason"]
+    registry = get_registry()
+    plugin = registry.plugin_of(backend.name)
+    if plugin is None or (registry.package_of(backend.name) == "(registered at run time)" and plugin not in sys.modules):
+        return None  # an object registered at run time: a child could not rebuild it, so starting one is wasted
+    verdict = _run_child(ir, backend.name, plugin, args, mode, options, deadline)
+    if verdict is None:
+        return None
+    try:
+        atomic_write(_verdict_path(key), json.dumps({"ok": verdict[0], "reason": verdict[1], "backend": backend.name}))
+    except OSError:
+        pass
+    return verdict
+
+
+def _run_child(ir: GraphIR, name: str, plugin: str, args: Sequence[Any], mode: str | None,
+               options: dict[str, Any], deadline: float) -> tuple[bool, str] | None:
+    fd, path = tempfile.mkstemp(prefix="torchmux-trial-", suffix=".pt")
+    os.close(fd)
+    try:
+        payload = {"gm": ir.gm, "kinds": ir.input_kinds, "name": ir.name, "backend": name, "plugin": plugin,
+                   "args": [a.detach().cpu().clone() if isinstance(a, torch.Tensor) else a for a in args],
+                   "device": [a.device.type if isinstance(a, torch.Tensor) else None for a in args],
+                   "mode": mode, "options": options}
+        try:
+            torch.save(payload, path)
+        except Exception:  # noqa: BLE001 -- a backend's fault of any kind is a measurement, never the user's crash
+            return None  # a graph that does not pickle is tried in-process
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        child = subprocess.Popen([sys.executable, "-m", "torchmux.autotune.isolate", path], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE if os.environ.get("TORCHMUX_DEBUG_TRIALS") else subprocess.DEVNULL, text=True)
+        return _wait(child, deadline)
+    finally:
+        os.unlink(path)
+
+
+def _wait(child: subprocess.Popen, deadline: float) -> tuple[bool, str] | None:
+    """Read the child's lines: "ready" starts the deadline, the JSON verdict ends it."""
+    assert child.stdout is not None
+    limit = time.monotonic() + STARTUP_SECONDS
+    started = None
+    import selectors
+
+    sel = selectors.DefaultSelector()
+    sel.register(child.stdout, selectors.EVENT_READ)
+    try:
+        while True:
+            left = limit - time.monotonic()
+            if left <= 0:
+                child.kill()
+                child.wait()
+                return (False, f"timed out after {deadline:g} s (isolated trial)") if started else None
+            if not sel.select(timeout=left):
+                continue
+            line = child.stdout.readline()
+            if not line:  # the child is gone
+                code = child.wait()
+                if code < 0:
+                    return False, f"crashed with signal {-code} ({signal.Signals(-code).name}) in an isolated trial"
+                return False, f"exited with status {code} in an isolated trial"
+            if line.strip() == "ready":
+                started = time.monotonic()
+                limit = started + deadline
+                continue
+            if line.startswith("{"):
+                verdict = json.loads(line)
+                child.wait()
+                if verdict.get("unknown"):
+                    return None
+                return bool(verdict["ok"]), str(verdict["reason"])
+    finally:
+        sel.close()
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        child.stdout.close()
+
+
+def _child(path: str) -> None:
+    """The child's side: rebuild the IR and the backend, compile, call twice, print the verdict."""
+    import torch._dynamo
+
+    from .placement import build_placement
+    from .verify import check_call
+
+    payload = torch.load(path, weights_only=False)
+    args = [a.to(d) if isinstance(a, torch.Tensor) else a for a, d in zip(payload["args"], payload["device"])]
+    from ..core.trace import trace
+
+    ir = GraphIR(trace(payload["gm"], args, name=payload["name"]).gm, payload["kinds"], name=payload["name"])
+    registry = get_registry()
+    if payload["backend"] not in registry.names:
+        with contextlib.suppress(Exception):  # not importable: answered "unknown" below
+            registry.register(__import__(payload["plugin"], fromlist=["_"]), payload["plugin"])
+    if payload["backend"] not in registry.names:
+        print(json.dumps({"unknown": True}), flush=True)
+        return
+    backend = registry.get(payload["backend"])
+    print("ready", flush=True)
+    try:
+        placement = build_placement(ir, backend, args, mode=payload["mode"], options=payload["options"])
+        _, wrong = check_call(ir, placement.fn, args, twice=True)
+        verdict = {"ok": True, "reason": ""} if wrong is None else {"ok": True, "reason": f"(ran; {wrong})"}
+    except Exception as e:  # noqa: BLE001 -- an exception is no danger to the parent: it measures the candidate itself
+        verdict = {"ok": True, "reason": f"(raised {type(e).__name__})"}
+    print(json.dumps(verdict), flush=True)
+
+
+def screen(ir: GraphIR, signature: tuple, candidates: Sequence[Any], args: Sequence[Any], *, mode: str | None,
+           options: Callable[[str], dict[str, Any]], isolation: str, deadline: float) -> tuple[list[Any], list[tuple[str, str]]]:
+    """Split ``candidates`` into those safe to run in-process and (name, reason) for those that crashed or hung."""
+    safe, failed = [], []
+    for b in candidates:
+        verdict = trial(ir, signature, b, args, mode=mode, options=options(b.name), deadline=deadline) if wanted(b, isolation) else None
+        if verdict is not None and not verdict[0]:
+            failed.append((b.name, verdict[1]))
+        else:
+            safe.append(b)
+    return safe, failed
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1])

@@ -1,0 +1,188 @@
+"""Verification that lasts: when a chosen backend's answer is checked again, and what a check looks at.
+
+**The checking policy** (``options={"verify": ...}``), per graph and input signature:
+
+- ``"off"`` (or ``False``): a named backend is trusted from its first call (auto still checks each
+  candidate once while it measures them: a wrong candidate cannot win).
+- ``"first"``: the first call is checked, later calls are trusted (torchmux before 0.x did this).
+- ``"sparse"`` (the default; ``True`` means it): the first call, then calls 2, 4, 8, ... 8192, then
+  every 8192nd call, and any call whose inputs are *of a new kind*: a user input holds NaN or ±inf for
+  the first time, or its largest magnitude falls in a power-of-16 band not seen before (a backend may
+  be right on N(0, 1) values and wrong on 1e6). Telling the kind costs one reduction per floating user
+  input per call (``torch.aminmax``, which propagates NaN); parameters are not scanned.
+  A graph holding an op its backend's claims list as ``nonfinite_unsafe`` (the conformance suite's
+  NaN/±inf variants differ from eager, e.g. TVM's relu, ORT's amax) is checked on *every* call whose
+  inputs hold NaN or ±inf, not only the first such call.
+- ``"always"``: every call (for debugging a backend).
+
+**A check** runs the graph's own ATen code (the reference interpreter's ops, without its per-node
+bookkeeping) on a copy of the inputs and compares (core/compare.py);
+it also fails a candidate that changed a user input the graph does not mutate, returned an output
+sharing storage with an input where the reference's output does not, or (first check only: it calls
+twice) hands back a buffer a later call overwrites. A graph with random ops (dropout, rand, bernoulli)
+is compared as random: shapes, dtypes and finiteness, never values (the generators differ).
+
+**On a mismatch or an exception**: the backend is demoted for this graph and signature (remembered on
+disk, see :func:`remember_demotion`), the call is answered by the reference (mismatch) or by the next
+correct candidate (exception; eager at worst), and one :class:`TorchmuxFallbackWarning` names the
+backend, the graph and the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from ..core import settings
+from ..core.artifacts import atomic_write
+from ..core.compare import mismatch
+from ..core.ir import GraphIR, op_name
+
+POLICIES = ("off", "first", "sparse", "always")
+SPARSE_UNTIL = 8192  # calls 2, 4, ..., 8192 are checked; after that every SPARSE_EVERY-th
+SPARSE_EVERY = 8192
+_RNG_WORDS = ("rand", "bernoulli", "dropout", "normal", "uniform", "multinomial", "poisson", "exponential")
+
+
+def policy_of(value: Any) -> str:
+    """The policy a ``verify`` option names; raises ValueError for anything else."""
+    if value is True or value is None:
+        return "sparse"
+    if value is False:
+        return "off"
+    if isinstance(value, str) and value in POLICIES:
+        return value
+    raise ValueError(f"verify={value!r} is not a checking policy; pass one of {', '.join(map(repr, POLICIES))}, True or False")
+
+
+def scheduled(call: int) -> bool:
+    """Whether call number ``call`` (1-based) is on the sparse schedule."""
+    if call <= SPARSE_UNTIL:
+        return call & (call - 1) == 0  # 1, 2, 4, 8, ...
+    return call % SPARSE_EVERY == 0
+
+
+def input_kind(args: Sequence[Any], keyed: Sequence[int]) -> tuple:
+    """What kind of values the user inputs hold: per floating input, "nan", "inf" or its magnitude band."""
+    kind = []
+    for i in keyed:
+        a = args[i]
+        if isinstance(a, torch.Tensor) and a.dtype.is_floating_point and a.numel():
+            lo, hi = torch.aminmax(a.detach())
+            peak = max(-float(lo), float(hi))  # NaN if either is NaN
+            kind.append("nan" if math.isnan(peak) else "inf" if peak == math.inf else (math.frexp(peak)[1] // 4 if peak else -99))
+    return tuple(kind)
+
+
+def is_random(ir: GraphIR) -> bool:
+    """Whether the graph draws random numbers (its values cannot be compared with the reference's)."""
+    return any(any(w in op_name(n).lower() for w in _RNG_WORDS) for n in ir.op_nodes)
+
+
+def compare(ir: GraphIR, out: Sequence[Any], ref: Sequence[Any]) -> str | None:
+    """None if ``out`` is an acceptable answer where ``ref`` is the reference's."""
+    if not is_random(ir):
+        return mismatch(out, ref)
+    out, ref = list(out), list(ref)  # random: compared shapes, dtypes and finiteness
+    if len(out) != len(ref):
+        return f"returned {len(out)} outputs, expected {len(ref)}"
+    for i, (o, r) in enumerate(zip(out, ref)):
+        if isinstance(r, torch.Tensor):
+            if not isinstance(o, torch.Tensor) or o.shape != r.shape or o.dtype != r.dtype:
+                return f"output {i}: {_spec(o)} != expected {_spec(r)} (random graph: shapes compared)"
+            if o.dtype.is_floating_point and bool(torch.isfinite(r).all()) and not bool(torch.isfinite(o).all()):
+                return f"output {i}: non-finite values where the reference has none (random graph)"
+    return None
+
+
+def _spec(t: Any) -> str:
+    return f"{tuple(t.shape)} {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__
+
+
+def _storages(values: Sequence[Any]) -> list[int]:
+    return [v.untyped_storage().data_ptr() if isinstance(v, torch.Tensor) and v.numel() else -1 for v in values]
+
+
+def clone_inputs(args: Sequence[Any], kinds: Sequence[str]) -> list[Any]:
+    """Copies of the user inputs (parameters and buffers are shared: trials never write to them)."""
+    return [a.clone() if isinstance(a, torch.Tensor) and k == "input" else a for a, k in zip(args, kinds)]
+
+
+def check_call(ir: GraphIR, fn: Callable[..., Sequence[Any]], args: Sequence[Any], *, twice: bool = False,
+               reference: Sequence[Any] | None = None) -> tuple[list[Any] | None, str | None]:
+    """Run ``fn`` on copies of ``args`` and judge it: returns (its outputs, None) or (None, the reason).
+
+    ``twice``: call it a second time on other copies and fail it if the first outputs changed or share
+    a buffer with the second (a backend that reuses its output buffers).
+    Exceptions from ``fn`` propagate (the caller names them "crashed").
+    """
+    kinds = ir.input_kinds
+    mine = clone_inputs(args, kinds)
+    before = clone_inputs(mine, kinds)
+    ref_args = clone_inputs(args, kinds)
+    if reference is None:
+        result = ir.gm(*ref_args)  # the reference's ops, at the speed of fx's generated code
+        reference = list(result) if isinstance(result, (tuple, list)) else [result]
+    ref = list(reference)
+    out = list(fn(*mine))
+    wrong = compare(ir, out, ref)
+    if wrong:
+        return None, f"wrong answer: {wrong}"
+    for i, (a, b, k) in enumerate(zip(mine, before, kinds)):
+        if k == "input" and isinstance(a, torch.Tensor) and not _same(a, b):
+            return None, f"changed its input {i}, which the graph does not mutate"
+    ins = [s for s, k in zip(_storages(mine), kinds) if k == "input" and s != -1]
+    ref_ins = [s for s, k in zip(_storages(ref_args), kinds) if k == "input" and s != -1]
+    for i, (s, rs) in enumerate(zip(_storages(out), _storages(ref))):
+        if s != -1 and s in ins and rs not in ref_ins:
+            return None, f"returned output {i} sharing memory with an input (the graph's output is a new tensor)"
+    if twice:
+        kept = [o.clone() if isinstance(o, torch.Tensor) else o for o in out]
+        again = list(fn(*clone_inputs(args, kinds)))
+        shared = set(_storages(out)) & set(_storages(again)) - {-1} - set(_storages(args))
+        if shared or any(isinstance(o, torch.Tensor) and not _same(o, k) for o, k in zip(out, kept)):
+            return None, "overwrites the outputs it returned earlier with a later call's (reused output buffers)"
+    return out, None
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b) or (
+        a.dtype.is_floating_point and torch.equal(torch.isnan(a), torch.isnan(b)) and torch.equal(a.nan_to_num(), b.nan_to_num())))
+
+
+# ------------------------------------------------------------------------------------------- demotions on disk
+def _demotion_path(ir: GraphIR, signature: tuple, backend: Any) -> Any:
+    from ..core.version import __version__
+
+    key = "|".join([ir.fingerprint(), repr(signature), backend.name, _version(backend), torch.__version__, __version__])
+    return settings.CACHE_DIR.get() / "demoted" / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+
+
+def _version(backend: Any) -> str:
+    try:
+        return str(backend.version)
+    except Exception:  # noqa: BLE001 -- a backend's fault of any kind is a measurement, never the user's crash
+        return "?"
+
+
+def remember_demotion(ir: GraphIR, signature: tuple, backend: Any, reason: str) -> None:
+    """Record on disk that ``backend`` failed a later check on this graph: no process chooses it again."""
+    try:
+        atomic_write(_demotion_path(ir, signature, backend), json.dumps({"backend": backend.name, "reason": reason}))
+    except OSError:
+        pass  # a read-only cache never stops a call
+
+
+def demoted(ir: GraphIR, signature: tuple, backend: Any) -> str | None:
+    """Why ``backend`` was demoted for this graph and signature, or None."""
+    try:
+        record = json.loads(_demotion_path(ir, signature, backend).read_text())
+    except (OSError, ValueError):
+        return None
+    reason = record.get("reason") if isinstance(record, dict) else None
+    return reason if isinstance(reason, str) else "demoted (record unreadable)"

@@ -1,0 +1,315 @@
+"""The fault suite: backends that misbehave on purpose, bad cache records, bad arguments.
+
+Each case ends in eager's answer (or the user's own exception) and a clear TorchmuxFallbackWarning.
+The backends are real plugin code (faulty_backends.py, registered with torchmux.register_plugin);
+the aborting, segfaulting and hanging ones run only under isolation (a real child process).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import torchmux
+from torchmux.autotune import decisions
+from torchmux.core.errors import BadArgumentError, TorchmuxFallbackWarning
+from torchmux.core.registry import get_registry
+from torchmux.core.trace import trace
+
+sys.path.insert(0, os.path.dirname(__file__))  # faulty_backends: importable here and in a trial's child
+import faulty_backends
+
+
+@pytest.fixture(autouse=True)
+def plugins():
+    if "fault_wrong_late" not in get_registry().names:
+        torchmux.register_plugin(faulty_backends, "faulty_backends")
+    torch._dynamo.reset()
+    yield
+
+
+def f(x):
+    return torch.relu(x) * 2 + 1
+
+
+def x_(seed=0):
+    return torch.randn(4, 8, generator=torch.Generator().manual_seed(seed))
+
+
+def run_calls(backend, inputs, **options):
+    """Compile f on ``backend`` and call it on each input; returns outputs and the fallback warnings."""
+    compiled = torchmux.compile(f, backend=backend, options=options or None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outs = [compiled(x) for x in inputs]
+    return outs, [w for w in caught if issubclass(w.category, TorchmuxFallbackWarning)]
+
+
+def assert_eager(outs, inputs):
+    for o, x in zip(outs, inputs):
+        torch.testing.assert_close(o, f(x), equal_nan=True)
+
+
+@pytest.mark.parametrize("name, reason", [
+    ("fault_wrong_late", "wrong answer"),
+    ("fault_raises_5th", "raised RuntimeError"),
+])
+def test_late_faults_are_caught_and_demoted(name, reason):
+    inputs = [x_(i) for i in range(8)]
+    outs, warned = run_calls(name, inputs)
+    assert_eager(outs, inputs)
+    assert len(warned) == 1 and reason in str(warned[0].message) and name in str(warned[0].message)
+    assert warned[0].filename == __file__  # points at the user's line, not threading.py
+
+
+def test_wrong_on_nan_is_caught_on_the_first_nan_input():
+    inputs = [x_(0), x_(1), x_(2)]
+    inputs[2][0, 0] = math.nan
+    outs, warned = run_calls("fault_wrong_nan", inputs)
+    assert_eager(outs, inputs)
+    assert len(warned) == 1 and "NaN" in str(warned[0].message)
+
+
+@pytest.mark.parametrize("name, reason", [
+    ("fault_mutates_input", "changed its input 0"),
+    ("fault_aliases_input", "input"),
+    ("fault_reuses_buffer", "reused output buffers"),
+])
+def test_inputs_and_buffers_are_part_of_the_answer(name, reason):
+    x = x_(0)
+    kept = x.clone()
+    outs, warned = run_calls(name, [x, x_(1)])
+    torch.testing.assert_close(x, kept)  # the trial never touched the user's tensor
+    assert_eager(outs, [kept, x_(1)])
+    assert outs[0].data_ptr() != outs[1].data_ptr()
+    assert len(warned) == 1 and reason in str(warned[0].message)
+
+
+def test_demotion_is_remembered_on_disk():
+    run_calls("fault_wrong_late", [x_(i) for i in range(3)])
+    torch._dynamo.reset()
+    outs, warned = run_calls("fault_wrong_late", [x_(0)])
+    assert_eager(outs, [x_(0)])
+    assert len(warned) == 1 and "demoted earlier" in str(warned[0].message)
+
+
+def test_verify_off_trusts_and_always_checks():
+    inputs = [x_(i) for i in range(3)]
+    outs, _ = run_calls("fault_wrong_late", inputs, verify="always", isolate="off")
+    assert_eager(outs, inputs)
+    with pytest.raises(BadArgumentError, match="verify"):
+        torchmux.compile(f, options={"verify": "sometimes"})
+
+
+@pytest.mark.parametrize("name, reason", [
+    ("fault_abort", "crashed with signal 6"),
+    ("fault_segfault", "crashed with signal 11"),
+    ("fault_hang_call", "timed out after 3 s"),
+    ("fault_hang_compile", "timed out after 3 s"),
+])
+def test_crashes_and_hangs_stay_in_the_child(name, reason):
+    t0 = time.monotonic()
+    outs, warned = run_calls([name], [x_(0)], trial_deadline=3.0)
+    assert_eager(outs, [x_(0)])
+    assert any(reason in str(w.message) for w in warned) or not warned  # auto warns only when verbose
+    cost = time.monotonic() - t0
+    torch._dynamo.reset()
+    t1 = time.monotonic()
+    run_calls([name], [x_(0)], trial_deadline=3.0)  # the verdict is on disk: no second child
+    assert time.monotonic() - t1 < cost
+    record = [json.loads(p.read_text()) for p in (torchmux.core.settings.CACHE_DIR.get() / "trials").glob("*.json")]
+    assert any(r["backend"] == name and reason in r["reason"] for r in record)
+
+
+def test_observer_that_raises_is_named_and_the_others_run():
+    seen = []
+
+    class Good:
+        @staticmethod
+        @torchmux.hookimpl
+        def torchmux_graph_captured(ir):
+            seen.append(ir.name)
+
+    torchmux.register_plugin(faulty_backends.RaisingObserver(), "raising_observer")
+    torchmux.register_plugin(Good(), "good_observer")
+    try:
+        with pytest.warns(UserWarning, match="raising_observer"):
+            get_registry().notify("torchmux_graph_captured", ir=trace(f, [x_(0)]))
+        assert seen
+    finally:
+        get_registry().pm.unregister(name="raising_observer")
+        get_registry().pm.unregister(name="good_observer")
+
+
+@pytest.mark.parametrize("record", ['"a string"', "[]", '{"measurements": []}', '{"backend": 3}',
+                                    '{"backend": "eager", "measurements": [{"seconds": 1}]}',
+                                    '{"backend": "eager", "measurements": [{"backend": "eager", "seconds": "fast"}]}',
+                                    "{not json"])
+def test_bad_decision_records_are_set_aside(record):
+    path = decisions._path("0" * 32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(record)
+    assert decisions.load("0" * 32) is None
+    assert not path.exists() and path.with_name(path.name + ".bad").exists()
+
+
+def test_bad_decision_record_under_auto_is_remeasured(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path))
+    compiled = torchmux.compile(f, backend=["eager", "fault_wrong_nan"], options={"isolate": "off"})
+    compiled(x_(0))
+    for p in (tmp_path / "decisions").glob("*.json"):
+        p.write_text('{"backend": ["not", "a", "name"]}')
+    torch._dynamo.reset()
+    compiled = torchmux.compile(f, backend=["eager", "fault_wrong_nan"], options={"isolate": "off"})
+    with pytest.warns(TorchmuxFallbackWarning, match="not valid"):
+        assert_eager([compiled(x_(0))], [x_(0)])
+
+
+@pytest.mark.parametrize("options, match", [
+    ({"autotune_budget": math.inf}, "finite"), ({"autotune_budget": math.nan}, "finite"),
+    ({"autotune_budget": -1}, ">= 0"), ({"split": -2}, ">= 0"),
+    ({"onnxruntime.providers": "CPUExecutionProvider"}, "list"), ({"onnxruntime.providers": [3]}, "list"),
+    ({"isolate": "sometimes"}, "isolate"), ({"trial_deadline": 0}, "> 0"),
+])
+def test_bad_arguments_are_refused_at_compile(options, match):
+    with pytest.raises(BadArgumentError, match=match):
+        torchmux.compile(f, options=options)
+
+
+def test_numpy_input_keeps_eagers_type_error():
+    compiled = torchmux.compile(f, backend="eager")
+    with pytest.raises(TypeError):
+        f(np.ones((4, 8), dtype=np.float32))
+    with pytest.raises(TypeError):
+        compiled(np.ones((4, 8), dtype=np.float32))
+
+
+def test_random_graphs_compare_shapes_not_values():
+    def g(x):
+        return torch.nn.functional.dropout(x, 0.5, training=True) + torch.rand_like(x)
+
+    ir = trace(g, [x_(0)])
+    from torchmux.autotune import verify
+
+    assert verify.is_random(ir)
+    assert verify.compare(ir, [torch.zeros(4, 8)], [torch.ones(4, 8)]) is None
+    assert "shapes compared" in verify.compare(ir, [torch.zeros(4, 9)], [torch.ones(4, 8)])
+    assert os.environ.get("TORCHMUX_CACHE_DIR")
+
+
+_PLANTED_C = """
+#include <stdio.h>
+__attribute__((constructor)) static void planted(void) { FILE *f = fopen("%s", "w"); if (f) fclose(f); }
+"""
+
+
+def test_planted_tvm_library_is_rebuilt_never_loaded(tmp_path, monkeypatch):
+    if not get_registry().availability("tvm").ok:
+        pytest.skip("tvm backend unavailable")
+    import subprocess
+
+    from torchmux.core.registry import get_registry as reg
+    from torchmux.extend import CompileRequest, authentic
+
+    monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path / "cache"))
+    ir = trace(f, [x_(0)])
+    first = reg().get("tvm").compile(CompileRequest(ir, [x_(0)]))
+    library = __import__("pathlib").Path(first.tvm_info.library)
+    assert first.tvm_info.cache == "miss" and authentic(library)
+    marker = tmp_path / "constructor-ran"
+    (tmp_path / "planted.c").write_text(_PLANTED_C % marker)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(library), str(tmp_path / "planted.c")], check=True)
+    assert not authentic(library)
+    again = reg().get("tvm").compile(CompileRequest(ir, [x_(0)]))
+    assert again.tvm_info.cache == "miss" and not marker.exists()  # rebuilt; the planted code never ran
+    assert library.with_name(library.name + ".untrusted").exists() and authentic(library)
+    torch.testing.assert_close(again(x_(1))[0], f(x_(1)))
+    assert reg().get("tvm").compile(CompileRequest(ir, [x_(0)])).tvm_info.cache == "hit"
+
+
+def test_truncated_onnx_model_is_set_aside_and_rebuilt_once(tmp_path, monkeypatch):
+    if not get_registry().availability("onnxruntime").ok:
+        pytest.skip("onnxruntime backend unavailable")
+    from torchmux.extend import CompileRequest
+
+    monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path))
+    ir = trace(f, [x_(0)])
+    get_registry().get("onnxruntime").compile(CompileRequest(ir, [x_(0)]))
+    models = list(tmp_path.glob("onnxruntime/*/model*.onnx"))
+    assert models
+    for m in models:
+        m.write_bytes(m.read_bytes()[:40])  # truncated
+    again = get_registry().get("onnxruntime").compile(CompileRequest(ir, [x_(0)]))
+    torch.testing.assert_close(again(x_(1))[0], f(x_(1)))
+    assert all(m.with_name(m.name + ".bad").exists() for m in models)
+    third = get_registry().get("onnxruntime").compile(CompileRequest(ir, [x_(0)]))  # repaired: a plain hit
+    assert third.cache_hit and not list(tmp_path.glob("onnxruntime/*/*.bad.bad"))
+
+
+def test_nonfinite_unsafe_ops_are_checked_on_every_nonfinite_call():
+    """A graph holding an op its backend declares unsafe on NaN is checked on every NaN call, not just the first."""
+    from torchmux.autotune import verify
+
+    backend = get_registry().get("fault_none")
+    inputs = [x_(i) for i in range(6)]
+    for x in inputs[1:]:
+        x[0, 0] = math.nan
+    counted = []
+    real = verify.check_call
+    for unsafe in (frozenset(), frozenset({"aten.relu.default"})):
+        torch._dynamo.reset()
+        backend.nonfinite_unsafe = unsafe
+        compiled = torchmux.compile(f, backend="fault_none", options={"verify": "sparse"})
+        checks: list[int] = []
+
+        def counting(*a, checks=checks, **k):  # counts, then runs the real check
+            checks.append(1)
+            return real(*a, **k)
+
+        verify.check_call = counting
+        try:
+            assert_eager([compiled(x) for x in inputs], inputs)
+        finally:
+            verify.check_call, backend.nonfinite_unsafe = real, frozenset()
+        counted.append(len(checks))
+    # calls 1 2 3 4 5 6: declared safe -> 1, 2 (first NaN, scheduled), 4; unsafe -> every NaN call 2..6 too
+    assert counted == [3, 6], counted
+
+
+def test_conformance_cases_have_nonfinite_variants():
+    from torchmux.testing.cases import CASES
+
+    case = next(c for c in CASES if c.op == "aten.relu.default")
+    x = case.nonfinite_inputs(torch.float32)[0]
+    assert bool(torch.isnan(x).any()) and bool(torch.isinf(x).any())
+    from torchmux.testing.check import check_nonfinite
+
+    assert check_nonfinite(get_registry().get("eager"), case, torch.float32) is None
+
+
+@pytest.mark.parametrize("content", [None, "{not json", '"a string"', '{"models": 3}'])
+def test_bench_from_json_with_a_bad_file_says_so(tmp_path, capsys, content):
+    from torchmux.bench.cli import main
+
+    path = tmp_path / "bench.json"
+    if content is not None:
+        path.write_text(content)
+    assert main(["--from-json", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "--from-json" in err and "Traceback" not in err
+
+
+def test_naming_a_builtin_plugin_again_keeps_it():
+    import subprocess
+
+    env = dict(os.environ, TORCHMUX_PLUGINS="torchmux.backends.eager")
+    out = subprocess.run([sys.executable, "-c", "import torchmux.core.registry as m; print('eager' in m.get_registry().names)"],
+                         capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert out.stdout.strip() == "True", out.stderr[-2000:]
