@@ -15,16 +15,27 @@ from __future__ import annotations
 import ast
 import copy
 
-from .analysis import (TYPE_PARAMS, Context, Purity, exact_items, fired_stmt, guard_test, loaded_names, located,
-                       maybe_tensor_test, name_node, names_stored, plain_target, purity, rt_call)
+from .analysis import (
+    TYPE_PARAMS,
+    Purity,
+    Walker,
+    exact_items,
+    fired_stmt,
+    guard_test,
+    loaded_names,
+    located,
+    maybe_tensor_test,
+    name_node,
+    names_stored,
+    plain_target,
+    purity,
+    rt_call,
+)
 from .effects import arg_purity, log_kind
 
 
-class BranchRules:
+class BranchRules(Walker):
     """The if/else rules, mixed into :class:`~.statements.Block`."""
-
-    ctx: Context
-    loads: dict[str, int]
 
     def if_convert(self, s: ast.If, defined: set[str], early: bool = False) -> list[ast.stmt] | None:
         T, F = s.body, s.orelse

@@ -12,15 +12,25 @@ import ast
 import copy
 
 from . import runtime as rt
-from .analysis import Context, Purity, exact_items, fired_stmt, guard_test, located, maybe_tensor_test, name_node, plain_target, purity, rt_call
+from .analysis import (
+    Context,
+    Purity,
+    Walker,
+    exact_items,
+    fired_stmt,
+    guard_test,
+    located,
+    maybe_tensor_test,
+    name_node,
+    plain_target,
+    purity,
+    rt_call,
+)
 from .effects import Args, arg_purity, lazy, log_kind, shift
 
 
-class CheckRules:
+class CheckRules(Walker):
     """The check rule, mixed into :class:`~.statements.Block`."""
-
-    ctx: Context
-    converted: dict[str, str]
 
     def check(self, s: ast.stmt, rest: list[ast.stmt]) -> list[ast.stmt] | None:
         if isinstance(s, ast.Assert):

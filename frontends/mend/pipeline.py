@@ -36,8 +36,8 @@ Pipeline (``mend(model)``, run by ``torchmux.compile`` and ``torchmux.explain`` 
 """
 
 from __future__ import annotations
-
 import __future__
+
 import ast
 import contextlib
 import copy
@@ -47,8 +47,9 @@ import os
 import re
 import types
 import weakref
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import torch
 
