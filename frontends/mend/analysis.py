@@ -320,7 +320,7 @@ def exact_items(test: ast.expr) -> ast.expr:
 
 
 def guard_test(p: str, pure: Purity) -> ast.expr:
-    tests: list[ast.expr] = [rt_call("pred", name_node(p))] + [rt_call("pure_module", copy.deepcopy(m)) for m in pure.modules]
+    tests: list[ast.expr] = [rt_call("pred", name_node(p)), *(rt_call("pure_module", copy.deepcopy(m)) for m in pure.modules)]
     return tests[0] if len(tests) == 1 else ast.BoolOp(ast.And(), tests)
 
 

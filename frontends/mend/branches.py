@@ -70,9 +70,9 @@ class BranchRules(Walker):
         else:
             st_t, st_f = names_stored(T), names_stored(F)
             outputs = []
-            inside = {}
-            for n in loaded_names(s):
-                inside[n.id] = inside.get(n.id, 0) + 1
+            inside: dict[str, int] = {}
+            for x in loaded_names(s):
+                inside[x.id] = inside.get(x.id, 0) + 1
             for n in sorted(st_t | st_f):
                 if n in st_t and n in st_f or n in defined:
                     outputs.append(n)

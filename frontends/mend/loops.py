@@ -141,6 +141,7 @@ class LoopRules(Walker):
                          rt_call("repeat", ast.Constant(note), name_node(count), name_node(fn.name),
                                  ast.Tuple([name_node(x) for x in carried], ast.Load())))
         original = copy.deepcopy(s)  # the user's loop, run where while_loop cannot be (no break is added)
+        assert isinstance(original.iter, ast.Call)  # a copy of `it`
         original.iter.args[0] = name_node(count)
         original.body = self.stmts(original.body, set(defined) | {s.target.id})
         test = rt_call("loopable", ast.Tuple([name_node(x) for x in carried], ast.Load()),
