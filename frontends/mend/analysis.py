@@ -18,7 +18,7 @@ import copy
 import sys
 import types
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -96,6 +96,27 @@ class Context:
 
     def is_global_expr(self, expr: ast.expr) -> bool:
         return self.resolve(expr) is not None
+
+
+class Walker:
+    """The statement walker as the rule mixins (``CheckRules``, ``BranchRules``, ``LoopRules``) see it.
+
+    :class:`~.statements.Block` is the one class that mixes them in; it sets these attributes and defines
+    ``stmts`` and ``branch``, which the rules call back (declared here for the type checker only).
+    """
+
+    ctx: Context
+    loads: dict[str, int]  # how often each name is read in the whole function
+    converted: dict[str, str]
+    from_data: set[str]
+
+    if TYPE_CHECKING:
+        def stmts(self, body: list[ast.stmt], defined: set[str], top: bool = False) -> list[ast.stmt]: ...
+
+        def branch(self, body: list[ast.stmt], prefix: str, outputs: list[str],
+                   guard: tuple[str, int]) -> tuple[list[ast.stmt], list[str]]: ...
+
+        def nested_ok(self, s: ast.If, pure: Purity, bound: set[str]) -> bool: ...
 
 
 def rt_call(func: str, *args: ast.expr) -> ast.Call:
@@ -299,7 +320,7 @@ def exact_items(test: ast.expr) -> ast.expr:
 
 
 def guard_test(p: str, pure: Purity) -> ast.expr:
-    tests: list[ast.expr] = [rt_call("pred", name_node(p))] + [rt_call("pure_module", copy.deepcopy(m)) for m in pure.modules]
+    tests: list[ast.expr] = [rt_call("pred", name_node(p)), *(rt_call("pure_module", copy.deepcopy(m)) for m in pure.modules)]
     return tests[0] if len(tests) == 1 else ast.BoolOp(ast.And(), tests)
 
 

@@ -15,16 +15,27 @@ from __future__ import annotations
 import ast
 import copy
 
-from .analysis import (TYPE_PARAMS, Context, Purity, exact_items, fired_stmt, guard_test, loaded_names, located,
-                       maybe_tensor_test, name_node, names_stored, plain_target, purity, rt_call)
+from .analysis import (
+    TYPE_PARAMS,
+    Purity,
+    Walker,
+    exact_items,
+    fired_stmt,
+    guard_test,
+    loaded_names,
+    located,
+    maybe_tensor_test,
+    name_node,
+    names_stored,
+    plain_target,
+    purity,
+    rt_call,
+)
 from .effects import arg_purity, log_kind
 
 
-class BranchRules:
+class BranchRules(Walker):
     """The if/else rules, mixed into :class:`~.statements.Block`."""
-
-    ctx: Context
-    loads: dict[str, int]
 
     def if_convert(self, s: ast.If, defined: set[str], early: bool = False) -> list[ast.stmt] | None:
         T, F = s.body, s.orelse
@@ -59,9 +70,9 @@ class BranchRules:
         else:
             st_t, st_f = names_stored(T), names_stored(F)
             outputs = []
-            inside = {}
-            for n in loaded_names(s):
-                inside[n.id] = inside.get(n.id, 0) + 1
+            inside: dict[str, int] = {}
+            for x in loaded_names(s):
+                inside[x.id] = inside.get(x.id, 0) + 1
             for n in sorted(st_t | st_f):
                 if n in st_t and n in st_f or n in defined:
                     outputs.append(n)

@@ -12,17 +12,28 @@ import ast
 import copy
 
 from . import runtime as rt
-from .analysis import Context, Purity, exact_items, fired_stmt, guard_test, located, maybe_tensor_test, name_node, plain_target, purity, rt_call
+from .analysis import (
+    Context,
+    Purity,
+    Walker,
+    exact_items,
+    fired_stmt,
+    guard_test,
+    located,
+    maybe_tensor_test,
+    name_node,
+    plain_target,
+    purity,
+    rt_call,
+)
 from .effects import Args, arg_purity, lazy, log_kind, shift
 
 
-class CheckRules:
+class CheckRules(Walker):
     """The check rule, mixed into :class:`~.statements.Block`."""
 
-    ctx: Context
-    converted: dict[str, str]
-
     def check(self, s: ast.stmt, rest: list[ast.stmt]) -> list[ast.stmt] | None:
+        exc: ast.expr  # the exception class (or whatever the user wrote there)
         if isinstance(s, ast.Assert):
             test, raise_if, exc, args = s.test, False, ast.Name("AssertionError", ast.Load()), [s.msg] if s.msg else []
         elif (isinstance(s, ast.If) and not s.orelse and len(s.body) == 1 and isinstance(s.body[0], ast.Raise)
@@ -35,7 +46,8 @@ class CheckRules:
             if isinstance(exc, ast.Call):
                 if exc.keywords or any(isinstance(x, ast.Starred) for x in exc.args):
                     return None
-                exc, args = exc.func, list(exc.args)
+                args = list(exc.args)
+                exc = exc.func
         else:
             return None
         if not maybe_tensor_test(test, self.ctx) or not isinstance(self.ctx.resolve(exc), type):

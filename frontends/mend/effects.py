@@ -56,7 +56,8 @@ class Args:
     """Splits a call's arguments into constant parts and the runtime values passed to ``deferred``."""
 
     def __init__(self, ctx: Context, converted: dict[str, str]) -> None:
-        self.ctx, self.converted, self.values = ctx, converted, []
+        self.ctx, self.converted = ctx, converted
+        self.values: list[ast.expr] = []
 
     def value(self, expr: ast.expr) -> tuple[Any, ...]:
         expr, converts = strip_conversions(expr, self.ctx)
@@ -118,7 +119,7 @@ def arg_purity(arg: ast.expr, ctx: Context, p: Purity) -> Purity:
     return p
 
 
-def defer(stmt: ast.Expr, ctx: Context, converted: dict[str, str], guard: tuple[str, int] | None = None) -> ast.stmt | None:
+def defer(stmt: ast.Expr, ctx: Context, converted: dict[str, str], guard: tuple[str, int] | None = None) -> ast.If | None:
     """``_mend_rt.deferred(key, ...)`` standing for the print/warn/log statement ``stmt``, or None."""
     call = stmt.value
     assert isinstance(call, ast.Call)
@@ -134,7 +135,7 @@ def defer(stmt: ast.Expr, ctx: Context, converted: dict[str, str], guard: tuple[
     else:
         parts = tuple(a.part(x) for x in call.args)
         kwargs = tuple((k.arg, k.value.value if isinstance(k.value, ast.Constant) else rt.Lazy(lazy(k.value, ctx)))
-                       for k in call.keywords)
+                       for k in call.keywords if k.arg is not None)  # log_kind refused **kwargs
     values = a.values
     if guard is not None:
         values = [name_node(guard[0])] + values

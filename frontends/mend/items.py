@@ -42,9 +42,9 @@ def item_for_logging(fdef: ast.FunctionDef, ctx: Context, block: Block) -> dict[
                 leaves = [strip_conversions(x, ctx)[0] for x in log_leaves(arg)]
                 log_args.update(id(x) for x in leaves if isinstance(x, ast.Name))
     stores: dict[str, int] = {}
-    for n in ast.walk(fdef):
-        if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
-            stores[n.id] = stores.get(n.id, 0) + 1
+    for node in ast.walk(fdef):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            stores[node.id] = stores.get(node.id, 0) + 1
     converted: dict[str, str] = {}
     for n in nodes:
         if not (isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)):

@@ -20,17 +20,25 @@ from __future__ import annotations
 import ast
 import copy
 
-from .analysis import (TYPE_PARAMS, Context, Purity, exact_items, loaded_names, located, maybe_tensor_test, name_node,
-                       names_stored, plain_target, purity, rt_call)
+from .analysis import (
+    TYPE_PARAMS,
+    Purity,
+    Walker,
+    exact_items,
+    loaded_names,
+    located,
+    maybe_tensor_test,
+    name_node,
+    names_stored,
+    plain_target,
+    purity,
+    rt_call,
+)
 from .items import reads_item
 
 
-class LoopRules:
+class LoopRules(Walker):
     """The loop rules, mixed into :class:`~.statements.Block`."""
-
-    ctx: Context
-    loads: dict[str, int]
-    from_data: set[str]
 
     def break_convert(self, s: ast.For, defined: set[str]) -> list[ast.stmt] | None:
         """``for t in <names>: <assignments>; if <tensor test>: break`` -> a masked loop (module docstring)."""
@@ -133,6 +141,7 @@ class LoopRules:
                          rt_call("repeat", ast.Constant(note), name_node(count), name_node(fn.name),
                                  ast.Tuple([name_node(x) for x in carried], ast.Load())))
         original = copy.deepcopy(s)  # the user's loop, run where while_loop cannot be (no break is added)
+        assert isinstance(original.iter, ast.Call)  # a copy of `it`
         original.iter.args[0] = name_node(count)
         original.body = self.stmts(original.body, set(defined) | {s.target.id})
         test = rt_call("loopable", ast.Tuple([name_node(x) for x in carried], ast.Load()),

@@ -36,8 +36,8 @@ Pipeline (``mend(model)``, run by ``torchmux.compile`` and ``torchmux.explain`` 
 """
 
 from __future__ import annotations
-
 import __future__
+
 import ast
 import contextlib
 import copy
@@ -47,13 +47,14 @@ import os
 import re
 import types
 import weakref
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import torch
 
 from . import runtime as rt
-from .analysis import RT, Context
+from .analysis import RT, TYPE_PARAMS, Context
 from .statements import rewrite
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -251,9 +252,9 @@ def _mend(fn: types.FunctionType, method: bool, depth: int) -> Mended:
 
 def _follow_globals(fdef: ast.FunctionDef, ctx: Context, injected: dict[str, Any], depth: int) -> None:
     """Mend the user's global functions this one calls; call them through an identity guard."""
-    for call in [c for c in ast.walk(fdef) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)]:
-        name = call.func.id
-        target = ctx.resolve(call.func)
+    for call, func in [(c, c.func) for c in ast.walk(fdef) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)]:
+        name = func.id
+        target = ctx.resolve(func)
         if not isinstance(target, types.FunctionType) or not _is_user_code(target) or name.startswith("_mend_"):
             continue
         done = mend_function(target, method=False, depth=depth + 1)
@@ -263,7 +264,7 @@ def _follow_globals(fdef: ast.FunctionDef, ctx: Context, injected: dict[str, Any
         injected[new], injected[old] = done.func, target
         guard = ast.IfExp(ast.Compare(ast.Name(name, ast.Load()), [ast.Is()], [ast.Name(old, ast.Load())]),
                           ast.Name(new, ast.Load()), ast.Name(name, ast.Load()))
-        call.func = ast.copy_location(guard, call.func)
+        call.func = ast.copy_location(guard, func)
         ctx.notes.extend(done.notes)
 
 
@@ -276,13 +277,13 @@ def _compile_inner(fn: types.FunctionType, fdef: ast.FunctionDef, params: list[s
     fdef.name = "_mend_inner"  # not the user's name: a recursive call must still find the global
     factory = ast.FunctionDef("_mend_factory", ast.arguments([], [ast.arg(p) for p in params], None, [], [], None, []),
                               [fdef, ast.Return(ast.Name(fdef.name, ast.Load()))], [], None,
-                              **({"type_params": []} if hasattr(ast, "TypeAlias") else {}))
+                              **TYPE_PARAMS)
     ast.copy_location(factory, fdef)
     module = ast.fix_missing_locations(ast.Module([factory], []))
     top = compile(module, fn.__code__.co_filename, "exec", flags=fn.__code__.co_flags & _FUTURE_FLAGS, dont_inherit=True)
     fcode = next(c for c in top.co_consts if isinstance(c, types.CodeType) and c.co_name == "_mend_factory")
     inner = next(c for c in fcode.co_consts if isinstance(c, types.CodeType) and c.co_name == "_mend_inner")
-    names = {"co_name": fn.__code__.co_name}
+    names: dict[str, Any] = {"co_name": fn.__code__.co_name}
     if hasattr(fn.__code__, "co_qualname"):  # Python 3.11+
         names["co_qualname"] = fn.__code__.co_qualname
     return inner.replace(**names)

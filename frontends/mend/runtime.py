@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -83,7 +84,8 @@ def _deferred(key: int, *values: Any) -> None:
         for v in args:
             v.item()
         return
-    callee = effect.callee(effect.globals) if effect.callee is not None else None
+    assert effect.callee is not None  # every effect but "item" (returned above) names its callee
+    callee = effect.callee(effect.globals)
     if effect.kind == "check":
         if bool(args[0]) == effect.extra["raise_if"]:
             error = callee(*args[1:])
@@ -110,6 +112,9 @@ def _deferred(key: int, *values: Any) -> None:
 deferred = torch.compiler.disable(_deferred, recursive=True)
 
 
+_CONVERSIONS: dict[str, Callable[[object], str]] = {"r": repr, "s": str, "a": ascii}  # f"{x!r}", !s, !a
+
+
 def _rebuild(part: Any, values: tuple[Any, ...]) -> Any:
     """A part is ("const", v), ("value", i, converts), ("fstring", pieces) or ("percent", fmt, parts, is_tuple)."""
     tag = part[0]
@@ -125,7 +130,7 @@ def _rebuild(part: Any, values: tuple[Any, ...]) -> Any:
                 continue
             index, convert, conversion, spec = piece
             v = _convert(values[index], convert)
-            v = {"r": repr, "s": str, "a": ascii}[conversion](v) if conversion else v
+            v = _CONVERSIONS[conversion](v) if conversion else v
             out.append(format(v, _rebuild(spec, values) if spec is not None else ""))
         return "".join(out)
     if tag == "percent":  # "fmt" % x or "fmt" % (x, y)
@@ -323,6 +328,7 @@ def loop(note: int, test_fn: Callable[..., Any], body_fn: Callable[..., tuple[An
     """A ``while`` on a tensor test as ``torch.while_loop`` (where :func:`loopable` said so)."""
     comptime(lambda ctx: _count_cond())
     fired(note)
+    assert _WHILE_LOOP is not None  # loopable() said so
     lifted = tuple(torch.tensor(c, dtype=torch.int64) if type(c) is int else c for c in carried)
     return tuple(_WHILE_LOOP(lambda *c: as_bool(test_fn(*c)), lambda *c: fresh(body_fn(*c)), lifted))
 
@@ -332,6 +338,7 @@ def repeat(note: int, n: int, body_fn: Callable[..., tuple[Any, ...]], carried: 
     :func:`loopable` said so)."""
     comptime(lambda ctx: _count_cond())
     fired(note)
+    assert _WHILE_LOOP is not None  # loopable() said so
     stop = torch.scalar_tensor(n, dtype=torch.int64)
     start = torch.zeros((), dtype=torch.int64)
     out = _WHILE_LOOP(lambda i, *c: i < stop, lambda i, *c: (i + 1, *fresh(body_fn(*c))), (start, *carried))

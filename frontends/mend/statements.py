@@ -74,17 +74,17 @@ class Block(CheckRules, BranchRules, LoopRules):
 
     def stmt(self, s: ast.stmt, defined: set[str]) -> list[ast.stmt]:
         if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call):
-            new = self.defer(s)
-            return [new] if new is not None else [s]
+            deferred = self.defer(s)
+            return [deferred] if deferred is not None else [s]
         if isinstance(s, ast.Assign) and id(s) in self.item_notes:
-            new: list[ast.stmt] = [s, fired_stmt(self.item_notes[id(s)], s)]
+            kept: list[ast.stmt] = [s, fired_stmt(self.item_notes[id(s)], s)]
             if self.unused_items.get(id(s)):
                 key = rt.register(rt.Effect("item", None, self.ctx.globals, self.ctx.filename, s.lineno,
                                             self.ctx.funcname, (("value", 0, ()),)))
                 check = located(ast.Expr(rt_call("deferred", ast.Constant(key), copy.deepcopy(s.targets[0]))), s)
                 check.value.args[1].ctx = ast.Load()
-                new.append(check)
-            return new
+                kept.append(check)
+            return kept
         if isinstance(s, ast.If):
             if maybe_tensor_test(s.test, self.ctx):
                 new = self.if_convert(s, defined)
@@ -122,7 +122,9 @@ class Block(CheckRules, BranchRules, LoopRules):
     def defer(self, s: ast.Expr, guard: tuple[str, int] | None = None) -> ast.stmt | None:
         new = defer(s, self.ctx, self.converted, guard)
         if new is not None:  # logged tensors are copied where the log was: later code may change them in place
-            call = new.body[0].value
+            first = new.body[0]
+            assert isinstance(first, ast.Expr) and isinstance(first.value, ast.Call)  # the deferred(...) call
+            call = first.value
             skip = 2 if guard is not None else 1
             call.args[skip:] = [located(rt_call("snap", v), s) for v in call.args[skip:]]
         return new
@@ -139,13 +141,17 @@ class Block(CheckRules, BranchRules, LoopRules):
                 continue
             if isinstance(st, ast.Pass):
                 continue
-            value_holder = st
-            for n in ast.walk(value_holder.value if not isinstance(st, ast.Expr) else st):
+            if isinstance(st, ast.Expr):
+                reads: ast.AST = st
+            else:  # besides logs (and ifs, lowered above) the rules let only assignments and a valued return through
+                assert isinstance(st, (ast.Assign, ast.Return)) and st.value is not None
+                value = reads = st.value
+            for n in ast.walk(reads):
                 if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in renames:
                     n.id = renames[n.id]
             if isinstance(st, ast.Return):
                 renames["_mend_ret"] = prefix + "ret"
-                out.append(located(ast.Assign([name_node(prefix + "ret", True)], st.value), st))
+                out.append(located(ast.Assign([name_node(prefix + "ret", True)], value), st))
             elif isinstance(st, ast.Assign):
                 for n in ast.walk(st.targets[0]):
                     if isinstance(n, ast.Name):
@@ -153,6 +159,7 @@ class Block(CheckRules, BranchRules, LoopRules):
                         n.id = prefix + n.id
                 out.append(st)
             else:
+                assert isinstance(st, ast.Expr)  # a log (the rules let nothing else through)
                 new = self.defer(st, guard)
                 assert new is not None
                 out.append(new)

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import functools
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -34,7 +35,7 @@ class switches:
 
     def __enter__(self) -> None:
         cfg = torch._dynamo.config
-        saved = []
+        saved: list[tuple[str, Any]] = []  # (attribute, value to restore)
         if not cfg.capture_scalar_outputs:
             saved.append(("capture_scalar_outputs", False))
             cfg.capture_scalar_outputs = True

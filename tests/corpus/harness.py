@@ -31,7 +31,6 @@ from torchmux.api.explain import compile_recorded, report
 from torchmux.frontends import mend as mend_module
 from torchmux.frontends.mend import switches as switches_module
 
-
 MODES = ("torchmux", "torchmux-nomend", "rewrites-only", "switches-only", "dynamo")
 HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS_FILES = {os.path.join(HERE, "programs.py"), os.path.join(HERE, "research.py")}  # their warnings are compared

@@ -12,8 +12,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import run  # noqa: E402
 from catalog import ALL as PROGRAMS  # noqa: E402
+from harness import run  # noqa: E402
 
 
 def test_corpus_is_large_enough() -> None:

@@ -27,7 +27,14 @@ from torchmux.frontends.mend import mend, source_of
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "corpus"))
 
 from programs import (  # noqa: E402
-    AssertCheck, BranchWithPrint, ItemUnused, LoggingInfo, RaiseCheck, RandomBranch, RangeLoop, ShapeBranch,
+    AssertCheck,
+    BranchWithPrint,
+    ItemUnused,
+    LoggingInfo,
+    RaiseCheck,
+    RandomBranch,
+    RangeLoop,
+    ShapeBranch,
     WarnsUnconditionally,
 )
 
