@@ -21,12 +21,15 @@ from ..core import settings
 from ..core.ir import GraphIR
 
 
-def decision_key(ir: GraphIR, signature: tuple, candidates: Sequence[Any], mode: str | None, split: int = 0) -> str:
+def decision_key(ir: GraphIR, signature: tuple, candidates: Sequence[Any], mode: str | None, split: int = 0,
+                 frozen: bool = False) -> str:
+    """``frozen``: the decision is for the graph's frozen twin (freeze.py); ``ir`` is the unfrozen graph, so
+    the key names its structure, not its weights' values."""
     parts = [
         ir.fingerprint(), repr(signature), mode or "default", torch.__version__, f"split={split}",
         f"torchmux={_torchmux_version()}",
         ",".join(sorted(f"{b.name}={_version(b)}" for b in candidates)),
-    ]
+    ] + (["frozen"] if frozen else [])
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
 

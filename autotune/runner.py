@@ -23,6 +23,7 @@ from ..core.ir import GraphIR
 from ..core.registry import get_registry
 from . import decisions as cache
 from ..core.compare import mismatch
+from .freeze import MAX_REFREEZES, FrozenCall, can_freeze, freeze
 from .placement import build_placement
 from .split import Plan, build_split, try_split
 from .tuner import Decision, Measurement, choose, measure
@@ -52,6 +53,9 @@ class GraphRunner:
         self._fns: dict[tuple, Any] = {}
         self._lock = threading.Lock()
         self._keyed = [i for i, kind in enumerate(ir.input_kinds) if kind == "input"]
+        self._freezing = bool(config.get("freeze")) and can_freeze(ir)
+        self._refreezes = 0
+        self._rebuild: dict[tuple, str] = {}  # signature -> backend to rebuild after a weight change
 
     def __call__(self, *args: Any) -> list[Any]:
         sig = _signature(args, self._keyed)
@@ -94,74 +98,110 @@ class GraphRunner:
         return out
 
     def _decide(self, sig: tuple, args: Sequence[Any]) -> Any:
+        """Choose for ``sig``; an inference graph is frozen first (freeze.py): the backends see its weights
+        as constants, and the callable returned checks them before every call."""
+        if self._freezing:
+            fn = self._decide_on(freeze(self.ir, args), sig, [args[i] for i in self._keyed], frozen=True)
+            fn = FrozenCall(fn, self.ir, args, on_change=lambda a: self._weights_changed(sig, a))
+        else:
+            fn = self._decide_on(self.ir, sig, args)
+        self._fns[sig] = fn
+        return fn
+
+    def _weights_changed(self, sig: tuple, args: Sequence[Any]) -> Any:
+        """A frozen weight changed: freeze again and rebuild the backend that won (not measured again);
+        after MAX_REFREEZES changes, run unfrozen."""
+        with self._lock:
+            current = self._fns.get(sig)
+            if current is not None and (not isinstance(current, FrozenCall) or current.unchanged(args)):
+                return current  # another thread refroze already
+            self._refreezes += 1
+            if self._refreezes > MAX_REFREEZES:
+                self._freezing = False
+                self._rebuild.clear()
+            else:
+                self._rebuild[sig] = self.decisions[sig].backend
+            self._fns.pop(sig, None)
+            return self._decide_in_clean_thread(sig, args)
+
+    def _decide_on(self, ir: GraphIR, sig: tuple, args: Sequence[Any], frozen: bool = False) -> Any:
         config = self.config
         candidates = self._candidates(args)
         registry = get_registry()
         if not config.auto and len(config.backends) == 1 and candidates and candidates[0].name == "eager":
-            placement = build_placement(self.ir, candidates[0], args, mode=config.mode, options={})
+            placement = build_placement(ir, candidates[0], args, mode=config.mode, options={})
             decision = Decision(Measurement("eager", math.nan, True, placement=placement), [])
-        elif config.auto and (remembered := self._remembered(sig, candidates, args)) is not None:
+        elif (rebuilt := self._rebuilt(ir, sig, candidates, args)) is not None:
+            decision = rebuilt
+        elif config.auto and (remembered := self._remembered(ir, sig, candidates, args, frozen)) is not None:
             decision = remembered
         else:
             verify = config.auto or config.get("verify")
             results = measure(
-                self.ir, candidates, args, mode=config.mode, options=config.options_for,
+                ir, candidates, args, mode=config.mode, options=config.options_for,
                 time_budget=float(config.get("autotune_budget")), timed=config.auto,
-            ) if verify else self._unverified(candidates, args)
-            if config.auto and config.split_segments and len(candidates) > 1 and self.ir.is_static:
-                split = try_split(self.ir, results, candidates, args, segments=config.split_segments,
+            ) if verify else self._unverified(ir, candidates, args)
+            if config.auto and config.split_segments and len(candidates) > 1 and ir.is_static:
+                split = try_split(ir, results, candidates, args, segments=config.split_segments,
                                   mode=config.mode, options=config.options_for,
                                   time_budget=float(config.get("autotune_budget")))
                 results = list(results) + ([split] if split is not None else [])
             for m in results:
-                registry.notify("torchmux_candidate_measured", ir=self.ir, backend=m.backend,
+                registry.notify("torchmux_candidate_measured", ir=ir, backend=m.backend,
                                 seconds=m.seconds, ok=m.ok, reason=m.reason)
             best = choose(results)
             failed = [m for m in results if not m.ok]
             if not candidates:
                 why = (f"backend {config.names[0]!r} does not run on {args[0].device.type if args else '?'}"
-                       f"{' or with symbolic shapes' if not self.ir.is_static else ''}")
+                       f"{' or with symbolic shapes' if not ir.is_static else ''}")
                 failed = [Measurement(config.names[0], math.inf, False, why)]
             if best is None:
-                best = self._eager_fallback(args)
+                best = self._eager_fallback(ir, args)
                 results = list(results) + [best]
             if failed and (not config.auto or settings.VERBOSE.get()):
                 warnings.warn(
-                    f"torchmux: on graph {self.ir.name} ({len(self.ir.op_nodes)} ops), "
+                    f"torchmux: on graph {ir.name} ({len(ir.op_nodes)} ops), "
                     + "; ".join(f"{m.backend} {m.reason}" for m in failed)
                     + f". Running it on {best.backend} instead.",
                     TorchmuxFallbackWarning, stacklevel=3,
                 )
             decision = Decision(best, list(results))
             if config.auto and best.ok and len(candidates) > 1:
-                cache.store(cache.decision_key(self.ir, sig, candidates, config.mode, config.split_segments), {
+                cache.store(cache.decision_key(self.ir, sig, candidates, config.mode, config.split_segments, frozen), {
                     "backend": best.backend,
                     "plan": best.placement.plan if best.placement else None,
                     "measurements": [{"backend": m.backend, "seconds": m.seconds if m.ok else None, "reason": m.reason}
                                      for m in results],
                 })
         if settings.VERBOSE.get():
-            print(f"[torchmux] {self.ir.name} {list(sig)[:2]}: "
+            print(f"[torchmux] {ir.name} {list(sig)[:2]}: "
                   + " | ".join(m.summary for m in decision.measurements) + f" -> {decision.backend}", file=sys.stderr)
         self.decisions[sig] = decision
-        fn = decision.chosen.placement.fn  # type: ignore[union-attr]
-        self._fns[sig] = fn
-        return fn
+        return decision.chosen.placement.fn  # type: ignore[union-attr]
 
-    def _remembered(self, sig: tuple, candidates: list, args: Sequence[Any]) -> Decision | None:
+    def _rebuilt(self, ir: GraphIR, sig: tuple, candidates: list, args: Sequence[Any]) -> Decision | None:
+        """After a weight change: the backend that won before, built on the new weights and checked."""
+        name = self._rebuild.pop(sig, None)
+        winner = next((b for b in candidates if b.name == name), None)
+        if winner is None:
+            return None
+        chosen = measure(ir, [winner], args, mode=self.config.mode, options=self.config.options_for, timed=False)[0]
+        return Decision(chosen, [chosen] + [m for m in self.decisions[sig].measurements if m.backend != name]) if chosen.ok else None
+
+    def _remembered(self, ir: GraphIR, sig: tuple, candidates: list, args: Sequence[Any], frozen: bool) -> Decision | None:
         """The winner a previous process measured for this graph, signature and candidate set, if it is
         still correct; None sends the graph through the full measurement."""
         if len(candidates) < 2:
             return None
         config = self.config
-        record = cache.load(cache.decision_key(self.ir, sig, candidates, config.mode, config.split_segments))
+        record = cache.load(cache.decision_key(self.ir, sig, candidates, config.mode, config.split_segments, frozen))
         if not record:
             return None
         if record.get("plan"):
-            chosen = self._remembered_split(record["plan"], candidates, args)
+            chosen = self._remembered_split(ir, record["plan"], candidates, args)
         else:
             winner = next((b for b in candidates if b.name == record.get("backend")), None)
-            chosen = winner and measure(self.ir, [winner], args, mode=config.mode,
+            chosen = winner and measure(ir, [winner], args, mode=config.mode,
                                         options=config.options_for, timed=False)[0]
         if chosen is None or not chosen.ok:
             return None
@@ -171,31 +211,31 @@ class GraphRunner:
         chosen.seconds = next((m["seconds"] for m in record.get("measurements", []) if m["backend"] == chosen.backend), math.nan)
         return Decision(chosen, [chosen] + remembered)
 
-    def _remembered_split(self, record: Any, candidates: list, args: Sequence[Any]) -> Measurement | None:
+    def _remembered_split(self, ir: GraphIR, record: Any, candidates: list, args: Sequence[Any]) -> Measurement | None:
         """Rebuild a remembered split (each piece on the backend it won), checked, not timed."""
         plan = Plan.from_record(record)
         try:
-            placement = plan and build_split(self.ir, plan, candidates, args, mode=self.config.mode,
+            placement = plan and build_split(ir, plan, candidates, args, mode=self.config.mode,
                                              options=self.config.options_for)
-            if not placement or mismatch(placement.fn(*args), self.ir.run_reference(*args)):
+            if not placement or mismatch(placement.fn(*args), ir.run_reference(*args)):
                 return None
         except Exception:
             return None
         return Measurement(placement.backend, math.nan, True, placement=placement)
 
-    def _unverified(self, candidates: list, args: Sequence[Any]) -> list[Measurement]:
+    def _unverified(self, ir: GraphIR, candidates: list, args: Sequence[Any]) -> list[Measurement]:
         out = []
         for b in candidates:
             try:
-                p = build_placement(self.ir, b, args, mode=self.config.mode, options=self.config.options_for(b.name))
+                p = build_placement(ir, b, args, mode=self.config.mode, options=self.config.options_for(b.name))
                 out.append(Measurement(b.name, math.nan, True, placement=p))
             except Exception as e:
                 out.append(Measurement(b.name, math.inf, False, f"compile failed: {type(e).__name__}: {e}"))
         return out
 
-    def _eager_fallback(self, args: Sequence[Any]) -> Measurement:
+    def _eager_fallback(self, ir: GraphIR, args: Sequence[Any]) -> Measurement:
         eager = get_registry().get("eager")
-        return Measurement("eager", math.nan, True, placement=build_placement(self.ir, eager, args, mode=None, options={}))
+        return Measurement("eager", math.nan, True, placement=build_placement(ir, eager, args, mode=None, options={}))
 
     # ------------------------------------------------------------------------------------------
     def placements(self) -> list[Decision]:

@@ -16,6 +16,9 @@ OWN_OPTIONS: dict[str, tuple[type, Any, str]] = {
     "verify": (bool, True, "check a named backend's first answer against the reference and fall back if wrong"),
     "autotune_budget": (float, 0.5, "seconds of timing per graph and input shape when choosing a backend"),
     "mend": (bool, True, "rewrite graph-breaking Python (tensor if, print, .item() for logging...) before capture"),
+    "freeze": (bool, True, ("inference graphs get their weights as constants (a weight changed in place is noticed "
+                            "and the graph frozen again; writes through p.data are not: pass False if you write "
+                            "weights that way)")),
     "split": (int, None, "auto: also try each graph cut into up to N segments, each on its fastest correct backend "
               "(default 4 under mode='max-autotune', else 0: off)"),
 }
