@@ -22,6 +22,7 @@ from ..core.errors import TorchmuxFallbackWarning
 from ..core.ir import GraphIR
 from ..core.registry import get_registry
 from . import decisions as cache
+from . import screen
 from ..core.compare import mismatch
 from .freeze import MAX_REFREEZES, FrozenCall, can_freeze, freeze
 from .placement import build_placement
@@ -137,10 +138,16 @@ class GraphRunner:
             decision = remembered
         else:
             verify = config.auto or config.get("verify")
+            device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
+            left_out = screen.skipped(ir, candidates, device, config.mode) if config.auto else {}
+            built = [b for b in candidates if b.name not in left_out]
             results = measure(
-                ir, candidates, args, mode=config.mode, options=config.options_for,
+                ir, built, args, mode=config.mode, options=config.options_for,
                 time_budget=float(config.get("autotune_budget")), timed=config.auto,
-            ) if verify else self._unverified(ir, candidates, args)
+            ) if verify else self._unverified(ir, built, args)
+            if config.auto:
+                screen.remember(ir, results, device)
+                results = list(results) + [Measurement(name, math.inf, False, why) for name, why in left_out.items()]
             if config.auto and config.split_segments and len(candidates) > 1 and ir.is_static:
                 split = try_split(ir, results, candidates, args, segments=config.split_segments,
                                   mode=config.mode, options=config.options_for,

@@ -93,7 +93,6 @@ def main() -> None:
         return
 
     import torch
-
     from torchmux.bench.zoo import build
 
     model, args = build("mlp", 1)
