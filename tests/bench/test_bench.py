@@ -12,7 +12,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from torchmux.bench import cli as bench
 from torchmux.core.registry import get_registry
 
@@ -252,7 +251,7 @@ def test_auto_is_reported_against_the_fastest_single_system() -> None:
 def test_outside_systems_are_in_the_default_set_and_the_export_system_runs() -> None:
     """inductor-freezing and onnxruntime-export are contenders by default; the export system is ONNX
     Runtime used directly (a real export and session) and answers as eager does."""
-    import torch  # noqa: I001  (test-local imports, as the other tests here)
+    import torch
     from torchmux.bench.run import make_compiled
 
     systems, _ = bench.resolve_systems("default", "cpu")
