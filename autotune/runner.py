@@ -54,12 +54,16 @@ class GraphRunner:
         self._fns: dict[tuple, Any] = {}
         self._lock = threading.Lock()
         self._keyed = [i for i, kind in enumerate(ir.input_kinds) if kind == "input"]
+        self._one = self._keyed[0] if len(self._keyed) == 1 else None
         self._freezing = bool(config.get("freeze")) and can_freeze(ir)
         self._refreezes = 0
         self._rebuild: dict[tuple, str] = {}  # signature -> backend to rebuild after a weight change
 
     def __call__(self, *args: Any) -> list[Any]:
-        sig = _signature(args, self._keyed)
+        if self._one is not None and isinstance(a := args[self._one], torch.Tensor):  # the common case, inlined
+            sig: tuple = ((a.shape, a.dtype, a.device),)
+        else:
+            sig = _signature(args, self._keyed)
         fn = self._fns.get(sig)
         if fn is None:
             with self._lock:

@@ -3,7 +3,7 @@ after compiling is noticed before the next call, on every backend that freezes.
 
 Each backend test compiles one small model (Linear + BatchNorm + Linear, eval, no_grad) once and then
 changes its weights every way a program does, checking each answer against eager: an in-place add
-under no_grad, an optimizer step, load_state_dict, ``p.data = t``, a buffer's ``copy_``. The first three
+under no_grad, an optimizer step, load_state_dict, a new Parameter object, a buffer's ``copy_``. The first three
 changes are refrozen (the winner rebuilt on the new weights); the changes after MAX_REFREEZES run the
 graph unfrozen.
 """
@@ -45,14 +45,14 @@ def _changes(model: torch.nn.Module) -> list:
     def load_state_dict() -> None:
         model.load_state_dict({k: v * 0.5 if v.is_floating_point() else v for k, v in model.state_dict().items()})
 
-    def assign_data() -> None:
-        model[3].weight.data = torch.randn(8, 32)
+    def new_parameter() -> None:
+        model[3].weight = torch.nn.Parameter(torch.randn(8, 32))
 
     def buffer_copy() -> None:
         with torch.no_grad():
             model[1].running_mean.copy_(torch.randn(32))
 
-    changes = [add_under_no_grad, optimizer_step, load_state_dict, assign_data, buffer_copy]
+    changes = [add_under_no_grad, optimizer_step, load_state_dict, new_parameter, buffer_copy]
     assert len(changes) > MAX_REFREEZES
     return changes
 
@@ -121,12 +121,14 @@ def test_frozen_twin_keeps_user_inputs_and_its_fingerprint_names_the_weights() -
 
 
 def test_freeze_false_keeps_weights_as_inputs_and_sees_writes_through_data() -> None:
-    """``p.data.copy_`` bypasses the version counter: with freezing off every write is seen."""
+    """Writes through ``.data`` bypass the version counter: with freezing off every write is seen."""
     model, x = _model(width=40), torch.randn(4, 16)
     compiled = torchmux.compile(model, backend="onnxruntime", options={"freeze": False})
     with torch.no_grad():
         compiled(x)
         model[0].weight.data.copy_(torch.randn(40, 16))
+        torch.testing.assert_close(compiled(x), model(x))
+        model[3].weight.data = torch.randn(8, 40)
         torch.testing.assert_close(compiled(x), model(x))
 
 
