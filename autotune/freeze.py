@@ -104,7 +104,7 @@ class FrozenCall:
     very tensor that was frozen (Dynamo passes the Parameter objects themselves; ``load_state_dict(...,
     assign=True)`` or a new module gives other ones), and its version counter has not moved."""
 
-    __slots__ = ("fn", "on_change", "tensors", "versions", "_user", "_weights")
+    __slots__ = ("_user", "_weights", "fn", "on_change", "tensors", "versions")
 
     def __init__(self, fn: Callable[..., Any], ir: GraphIR, args: Sequence[Any],
                  on_change: Callable[[Sequence[Any]], Any]) -> None:
