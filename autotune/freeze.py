@@ -59,9 +59,8 @@ def freeze(ir: GraphIR, args: Sequence[Any]) -> GraphIR:
 
     Pre: ``can_freeze(ir)``, ``args`` are the graph's full inputs. Post: the twin's placeholders are
     ``ir``'s ``"input"`` placeholders in order; its ``get_attr`` buffers alias the weights (no copy)."""
-    gm = fx.GraphModule(torch.nn.Module(), copy.deepcopy(ir.gm.graph))
-    for name, value in _attributes(ir.gm):  # control-flow branches and embedded constants come along
-        setattr(gm, name, value)
+    # control-flow branches and embedded constants (get_attr of ir.gm) come along, shared, not copied
+    gm = fx.GraphModule(ir.gm, copy.deepcopy(ir.gm.graph))
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     first_op = next(n for n in gm.graph.nodes if n.op != "placeholder")
     digest = hashlib.sha256()
@@ -84,11 +83,6 @@ def freeze(ir: GraphIR, args: Sequence[Any]) -> GraphIR:
     # artifacts keyed by fingerprint hold the weights now: the fingerprint must name them
     frozen._fingerprint = hashlib.sha256(f"{frozen.fingerprint()}|weights={digest.hexdigest()}".encode()).hexdigest()[:32]
     return frozen
-
-
-def _attributes(gm: fx.GraphModule) -> list[tuple[str, Any]]:
-    names = {str(n.target) for n in gm.graph.nodes if n.op == "get_attr"}
-    return [(name, getattr(gm, name)) for name in sorted(names)]
 
 
 def _bytes(t: torch.Tensor) -> memoryview:
