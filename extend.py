@@ -5,7 +5,9 @@ torchmux's own backends are written with this module alone, exactly as a third-p
 the built-ins.
 
 - The contract: :class:`Backend`, :class:`Availability`, :class:`CompileRequest`,
-  :class:`CompiledGraph`, :data:`hookimpl` (hook specifications: ``torchmux.core.hookspecs``).
+  :class:`CompiledGraph` (:func:`kernel_count_of` reads its optional ``kernel_count``), :class:`Option`
+  (one entry of ``Backend.options_schema``), :data:`CONTRACT_VERSION`, :data:`hookimpl` (hook
+  specifications: ``torchmux.core.hookspecs``).
 - The IR a backend is handed: :class:`GraphIR`, :class:`TensorSpec`, :func:`op_name` (the Core ATen
   name a claim is written in), :func:`spec_of`, :func:`node_float_dtypes`.
 - Claims: :func:`load_claims` reads the conformance suite's results (``python -m
@@ -13,18 +15,24 @@ the built-ins.
 - Environment probes that never import the library they ask about: :func:`package_version`,
   :func:`module_present`, :func:`version_tuple`, :func:`has_cuda`.
 - Artifacts: :func:`artifact_dir` (under ``TORCHMUX_CACHE_DIR``), :func:`atomic_write`,
-  :func:`debug_dir` (``TORCHMUX_DEBUG_DIR``).
+  :func:`debug_dir` (``TORCHMUX_DEBUG_DIR``); the fleet's shared cache (``TORCHMUX_REMOTE_CACHE``):
+  :func:`fetch_artifact` (is the file here, locally or fetched from the remote cache?) and
+  :func:`publish_artifact` (send a file just built), ``executable=True`` for shared libraries (they
+  travel only signed with the fleet key).
 """
 
 from __future__ import annotations
 
 from .core.artifacts import artifact_dir, atomic_write, debug_dir, load_claims
 from .core.backend import (
+    CONTRACT_VERSION,
     Availability,
     Backend,
     CompiledGraph,
     CompileRequest,
+    Option,
     has_cuda,
+    kernel_count_of,
     module_present,
     node_float_dtypes,
     package_version,
@@ -32,9 +40,10 @@ from .core.backend import (
 )
 from .core.hookspecs import hookimpl
 from .core.ir import GraphIR, TensorSpec, op_name, spec_of
+from .core.remote_cache import fetch_artifact, publish_artifact
 
 __all__ = [
-    "Availability", "Backend", "CompileRequest", "CompiledGraph", "GraphIR", "TensorSpec", "artifact_dir",
-    "atomic_write", "debug_dir", "has_cuda", "hookimpl", "load_claims", "module_present", "node_float_dtypes",
-    "op_name", "package_version", "spec_of", "version_tuple",
+    "CONTRACT_VERSION", "Option", "kernel_count_of", "Availability", "Backend", "CompileRequest", "CompiledGraph", "GraphIR", "TensorSpec", "artifact_dir",
+    "atomic_write", "debug_dir", "fetch_artifact", "has_cuda", "hookimpl", "load_claims", "module_present", "node_float_dtypes",
+    "op_name", "package_version", "publish_artifact", "spec_of", "version_tuple",
 ]

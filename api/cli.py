@@ -1,4 +1,4 @@
-"""The ``torchmux`` command: ``torchmux list``, ``torchmux demo``, ``torchmux bench``."""
+"""The ``torchmux`` command: ``torchmux list``, ``torchmux demo``, ``torchmux bench``, ``torchmux cache``."""
 
 from __future__ import annotations
 
@@ -12,6 +12,10 @@ def main(argv: list[str] | None = None) -> int:
         from ..bench.cli import main as bench_main
 
         return bench_main(argv[1:])
+    if argv[:1] == ["cache"]:  # ls, clear, export, import, stats (api/cache_cli.py)
+        from .cache_cli import main as cache_main
+
+        return cache_main(argv[1:])
     parser = argparse.ArgumentParser(prog="torchmux", description="torchmux: every backend competes, per graph.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="show every backend, whether it can run here, and why not")
@@ -19,6 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--model", default="bert", choices=["bert", "mlp", "cnn"])
     bench = sub.add_parser("bench", help="benchmark the model zoo across systems (see `torchmux bench --help`)")
     bench.add_argument("rest", nargs=argparse.REMAINDER)
+    sub.add_parser("cache", help="inspect and manage the cache: ls, clear, export, import, stats")
     args = parser.parse_args(argv)
 
     if args.command == "list":

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from ..autotune.runner import GraphRunner
+from ..core import settings
 from ..core.config import CompileConfig, resolve
 from ..core.errors import BadArgumentError, FullGraphError
 from ..frontends.dynamo import TorchmuxDynamoBackend
@@ -60,7 +62,8 @@ def compile(
         return model
 
     config = resolve(backend, mode, options)
-    if config.get("mend"):  # remove graph breaks from the source first (frontends/mend.py)
+    settings.REMOTE_CACHE.get()  # a malformed TORCHMUX_REMOTE_CACHE is refused here, not at the first call
+    if config.get("mend"):  # remove graph breaks from the source first (frontends/mend/)
         from ..frontends.mend import mend, scoped
 
         model, _ = mend(model)

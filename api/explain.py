@@ -8,6 +8,7 @@ the autotuner chose for it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +53,8 @@ class ExplainReport:
     break_reasons: list[BreakReason]
     graphs: list[GraphReport]
     rewrites: list[str] = field(default_factory=list)
+    #: what was not captured at all: a frame Dynamo skipped, a recompile limit hit, a graph run eagerly
+    not_captured: list[BreakReason] = field(default_factory=list)
 
     @property
     def ops_per_graph(self) -> list[list[str]]:
@@ -66,6 +69,9 @@ class ExplainReport:
         if self.break_reasons:
             lines.append("Break Reasons:")
             lines += [f"  {i + 1}. {r}" for i, r in enumerate(self.break_reasons)]
+        if self.not_captured:
+            lines.append("Not captured (runs as plain Python or eagerly):")
+            lines += [f"  - {r}" for r in self.not_captured]
         if self.rewrites:
             lines.append("Rewrites applied:")
             lines += [f"  - {r}" for r in self.rewrites]
@@ -108,7 +114,7 @@ def graph_report(g: CapturedGraph) -> GraphReport:
         for d in runner.placements():
             p = d.chosen.placement
             ms = "" if d.chosen.seconds != d.chosen.seconds or d.chosen.seconds == float("inf") else f" {d.chosen.seconds * 1e3:.3f} ms"
-            split = f", {p.ops_eager} ops eager" if p is not None and p.ops_eager else ""
+            split = f", {p.eager_summary}" if p is not None and p.ops_eager else ""
             placements.append(f"{runner.ir.phase}: {d.backend}{ms}{split}")
             measurements.append(f"graph {g.index} {runner.ir.phase}: " + " | ".join(m.summary for m in d.measurements))
             if p is not None and p.kernels is not None:
@@ -125,9 +131,12 @@ def compile_recorded(model: Any, backend: Any = "auto", mend: bool = True) -> tu
     """Compile like ``torchmux.compile`` and keep a Recorder of every graph it captures (for reports)."""
     config = resolve(backend, None, {"mend": mend})
     recorder = Recorder()
+    recorder.unsupported_before = _unsupported_now()  # type: ignore[attr-defined]  # report() diffs it
+    recorder.entry = model  # type: ignore[attr-defined]  # where a skipped frame is, when Dynamo does not say
     rewrites: Any = []
     if mend:
-        from ..frontends.mend import mend as mend_source, scoped
+        from ..frontends.mend import mend as mend_source
+        from ..frontends.mend import scoped
 
         model, rewrites = mend_source(model)
     compiled = torch.compile(model, backend=TorchmuxDynamoBackend(runner_factory(config), recorder), dynamic=False)
@@ -140,7 +149,7 @@ def report(recorder: Recorder, rewrites: list[str] | None = None) -> ExplainRepo
     if rewrites is None:
         rewrites = getattr(recorder, "rewrites", [])
     return ExplainReport(len(recorder.graphs), len(reasons), reasons, [graph_report(g) for g in recorder.graphs],
-                         list(rewrites))
+                         list(rewrites), not_captured(recorder, reasons))
 
 
 def explain(model: Any, *args: Any, backend: Any = None, mend: bool = True, **kwargs: Any) -> ExplainReport:
@@ -166,3 +175,57 @@ def explain(model: Any, *args: Any, backend: Any = None, mend: bool = True, **kw
         for g in result.graphs:
             g.placements, g.measurements = [], []
     return result
+
+
+# --- what Dynamo did not capture: skipped frames, recompile limits, graphs run eagerly -----------------
+
+
+def _unsupported_now() -> tuple[int, int, dict[str, int]]:
+    """Dynamo's own tallies: frames seen, frames captured, and each "unsupported" message."""
+    from torch._dynamo.utils import counters
+
+    return counters["frames"]["total"], counters["frames"]["ok"], dict(counters["unimplemented"])
+
+
+_FILE_LINE = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def not_captured(recorder: Recorder, breaks: list[BreakReason]) -> list[BreakReason]:
+    """Why code ran outside every graph, each with the user's file:line: the frames Dynamo skipped
+    (the reasons Dynamo tallied since ``compile_recorded`` that are not a recorded graph break) and the
+    graphs torchmux could not normalize (they ran as Dynamo captured them)."""
+    out: list[BreakReason] = []
+    before = getattr(recorder, "unsupported_before", None)
+    if before is not None:
+        total, ok, messages = _unsupported_now()
+        skipped = (total - before[0]) - (ok - before[1])
+        known = {r.reason.strip().splitlines()[0] for r in breaks if r.reason.strip()}
+        seen: set[str] = set()
+        for message, n in messages.items():
+            first = message.strip().splitlines()[0] if message.strip() else "?"
+            if skipped <= 0 or n <= before[2].get(message, 0) or first in known or first in seen:
+                continue
+            seen.add(first)
+            where = _FILE_LINE.findall(message)
+            filename, line = (where[-1][0], int(where[-1][1])) if where else _entry_place(getattr(recorder, "entry", None))
+            detail = next((x.strip() for x in message.splitlines()[1:] if x.strip().startswith("Explanation:")), "")
+            out.append(BreakReason(f"frame skipped by Dynamo: {first}" + (f" ({detail})" if detail else ""), filename, line))
+    for g in recorder.graphs:
+        if g.error:
+            filename, line = _graph_place(g)
+            out.append(BreakReason(f"graph {g.index} ran eagerly (torchmux could not normalize it: {g.error})", filename, line))
+    return out
+
+
+def _entry_place(model: Any) -> tuple[str, int]:
+    fn = getattr(model, "forward", model)
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    return (code.co_filename, code.co_firstlineno) if code is not None else ("?", 0)
+
+
+def _graph_place(g: CapturedGraph) -> tuple[str, int]:
+    for n in g.dynamo_gm.graph.nodes:
+        where = _FILE_LINE.findall(n.meta.get("stack_trace") or "")
+        if where:
+            return where[-1][0], int(where[-1][1])
+    return "?", 0

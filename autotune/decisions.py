@@ -2,8 +2,13 @@
 
 One small JSON file per decision under ``$TORCHMUX_CACHE_DIR/decisions/``. The key names everything
 that can change the choice: the graph's fingerprint, the input signature, the candidates with their
-versions, the mode, how many segments a split may have, and torch's and torchmux's versions. A remembered winner is still checked against the reference
+versions, the mode, how many segments a split may have, torch's and torchmux's versions, and the kind
+of machine (CPU model and core count, or GPU name: core/machine.py), so a choice measured on one machine
+is not trusted on a machine of another speed. A remembered winner is still checked against the reference
 before it is trusted; if it fails, the tuner measures everything again.
+
+With ``TORCHMUX_REMOTE_CACHE`` set, a decision missing locally is looked up in the fleet's Redis
+(core/remote_cache.py) and every decision stored is sent there too.
 """
 
 from __future__ import annotations
@@ -12,13 +17,15 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
-from ..core import settings
+from ..core import remote_cache, settings
 from ..core.ir import GraphIR
+from ..core.machine import machine_kind
 
 
 def decision_key(ir: GraphIR, signature: tuple, candidates: Sequence[Any], mode: str | None, split: int = 0,
@@ -27,7 +34,7 @@ def decision_key(ir: GraphIR, signature: tuple, candidates: Sequence[Any], mode:
     the key names its structure, not its weights' values."""
     parts = [
         ir.fingerprint(), repr(signature), mode or "default", torch.__version__, f"split={split}",
-        f"torchmux={_torchmux_version()}",
+        f"torchmux={_torchmux_version()}", machine_kind(_device_type(signature)),
         ",".join(sorted(f"{b.name}={_version(b)}" for b in candidates)),
     ] + (["frozen"] if frozen else [])
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
@@ -37,6 +44,11 @@ def _torchmux_version() -> str:
     from ..core.version import __version__  # a new torchmux measures again: its backends and tuner may have changed
 
     return __version__
+
+
+def _device_type(signature: tuple) -> str:
+    devices = {e[2].type for e in signature if len(e) == 3 and isinstance(e[2], torch.device)}
+    return "cuda" if "cuda" in devices else "cpu"
 
 
 def _version(backend: Any) -> str:
@@ -51,10 +63,14 @@ def _path(key: str) -> Path:
 
 
 def load(key: str) -> dict[str, Any] | None:
+    path = _path(key)
     try:
-        return json.loads(_path(key).read_text())
+        if remote_cache.fetch_artifact(path):
+            record = json.loads(path.read_text())
+            return record if isinstance(record, dict) else None
     except (OSError, ValueError):
-        return None
+        pass
+    return None
 
 
 def store(key: str, record: dict[str, Any]) -> None:
@@ -67,3 +83,4 @@ def store(key: str, record: dict[str, Any]) -> None:
         os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new one
     except OSError:
         pass  # a read-only cache never stops a compile
+    remote_cache.write_bytes(_path(key).relative_to(settings.CACHE_DIR.get()).as_posix(), json.dumps(record).encode())

@@ -3,23 +3,28 @@
 ``build_placement`` asks the backend's ``supports(node)`` for every op, groups the claimed ops into
 maximal connected regions with torch.fx's capability-based partitioner, turns each region into its own
 normalized :class:`GraphIR` and compiles it on the backend. The parent graph keeps the unclaimed ops
-and calls the compiled regions in between.
+and calls the compiled regions in between. The backend's declarations shape this: a graph of a phase
+it does not list in ``phases`` is refused; ``granularity="graph"`` refuses a graph with an unclaimed
+op, ``"ops"`` compiles each claimed op as its own one-op region; a region with fewer than
+``min_region_ops`` ops that move data runs eagerly.
 """
 
 from __future__ import annotations
 
 import copy
 import time
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 import torch.fx as fx
-from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from ..core.backend import Backend, CompileRequest
-from ..core.ir import GraphIR
+from ..core.backend import PHASES, Backend, CompileRequest, kernel_count_of
+from ..core.ir import GraphIR, op_name
 
 # Ops that move no data: a region made only of these is not worth a backend call.
 _TRIVIAL = {"view", "_unsafe_view", "reshape", "expand", "permute", "t", "squeeze", "unsqueeze", "getitem",
@@ -39,6 +44,16 @@ class Placement:
     kernels: int | None = None  # for code generators: how many kernels the graph became
     notes: list[str] = field(default_factory=list)
     plan: dict[str, list] | None = None  # a split placement (split.py): its cuts and each piece's backend
+    eager_ops: list[str] = field(default_factory=list)  # Core ATen names of the ops left to eager, one per op
+
+    @property
+    def eager_summary(self) -> str:
+        """"3 ops eager (aten.sort.default x2, aten.nonzero.default)", or "" when none are."""
+        if not self.ops_eager:
+            return ""
+        counts = Counter(self.eager_ops)
+        names = ", ".join(f"{n} x{c}" if c > 1 else n for n, c in sorted(counts.items()))
+        return f"{self.ops_eager} ops eager" + (f" ({names})" if names else "")
 
 
 class _Claims(OperatorSupportBase):
@@ -90,19 +105,31 @@ def build_placement(
     """Compile ``ir`` for ``backend``; raises whatever the backend raises (the tuner records it)."""
     t0 = time.perf_counter()
     n_ops = len(ir.op_nodes)
+    phases = getattr(backend, "phases", PHASES)
+    if ir.phase not in phases:
+        raise NotImplementedError(f"compiles {' and '.join(sorted(phases))} graphs only, not {ir.phase} graphs")
+    granularity = getattr(backend, "granularity", "regions")
     rejected = unsupported_ops(ir, backend)
-    if not rejected:
+    if not rejected and granularity != "ops":
         fn = backend.compile(CompileRequest(ir, list(args), mode, options))
-        return Placement(backend.name, fn, n_ops, 0, 1, time.perf_counter() - t0, kernels=getattr(fn, "kernel_count", None))
+        return Placement(backend.name, fn, n_ops, 0, 1, time.perf_counter() - t0, kernels=kernel_count_of(fn))
+    if granularity == "graph":
+        names = sorted({op_name(n) for n in rejected})
+        raise NotImplementedError(f"compiles whole graphs only, and does not claim {', '.join(names)}")
 
     gm = copy.deepcopy(ir.gm)
     partitioner = CapabilityBasedPartitioner(gm, _Claims(backend), allows_single_node_partition=True)
-    partitions = [
-        p for p in partitioner.propose_partitions()
-        if any(_base_name(n) not in _TRIVIAL for n in p.nodes)
-    ]
+    proposed = partitioner.propose_partitions()
+    if granularity == "ops":  # one region per claimed op
+        proposed = [Partition(id=i, nodes=[n]) for i, n in enumerate(n for p in proposed for n in p.nodes)]
+    least = max(1, int(getattr(backend, "min_region_ops", 1)))
+    partitions = [p for p in proposed if sum(_base_name(n) not in _TRIVIAL for n in p.nodes) >= least]
     if not partitions:
-        raise NotImplementedError(f"claims none of the graph's {n_ops} ops (first unclaimed: {_base_name(rejected[0])})")
+        why = f"no region of {least}+ ops that move data" if least > 1 or not rejected else "none of the graph's ops"
+        first = f" (first unclaimed: {op_name(rejected[0])})" if rejected else ""
+        raise NotImplementedError(f"claims {why} among its {n_ops} ops{first}")
+    placed = {n.name for p in partitions for n in p.nodes}
+    eager_ops = [op_name(n) for n in gm.graph.nodes if n.op == "call_function" and n.name not in placed]
     fused = partitioner.fuse_partitions(partitions)
     calls = [n for n in fused.graph.nodes if n.op == "call_module"]
     inputs = _region_inputs(fused, args)
@@ -119,7 +146,7 @@ def build_placement(
             sub.recompile()
         sub_ir = GraphIR(sub, name=f"{ir.name}.{backend.name}{i}", phase=ir.phase)
         fn = backend.compile(CompileRequest(sub_ir, inputs[str(call.target)], mode, options))
-        kernels += getattr(fn, "kernel_count", 0) or 0
+        kernels += kernel_count_of(fn) or 0
         on_backend += len(sub_ir.op_nodes)
         setattr(fused, str(call.target), _Region(fn, single))
     forward = fused.forward
@@ -131,6 +158,7 @@ def build_placement(
     return Placement(
         backend.name, run, on_backend, n_ops - on_backend, len(calls), time.perf_counter() - t0,
         kernels=kernels or None, notes=[f"ran eagerly (not claimed): {', '.join(names[:8])}{'...' if len(names) > 8 else ''}"],
+        eager_ops=eager_ops,
     )
 
 

@@ -11,19 +11,23 @@ from __future__ import annotations
 import math
 import sys
 import threading
+import time
 import warnings
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from ..core import settings
+from ..core.compare import mismatch
 from ..core.config import CompileConfig
 from ..core.errors import TorchmuxFallbackWarning
 from ..core.ir import GraphIR
 from ..core.registry import get_registry
 from . import decisions as cache
 from . import screen
-from ..core.compare import mismatch
+from . import distributed, progress
+
 from .freeze import MAX_REFREEZES, FrozenCall, can_freeze, freeze
 from .placement import build_placement
 from .split import Plan, build_split, try_split
@@ -133,9 +137,16 @@ class GraphRunner:
         config = self.config
         candidates = self._candidates(args)
         registry = get_registry()
+        tuned = config.auto and len(candidates) > 1
+        key = cache.decision_key(self.ir, sig, candidates, config.mode, config.split_segments, frozen) if tuned else ""
+        role = distributed.role() if tuned else None
+        rank_key = distributed.key_for(self.ir, sig, config.mode) if role else ""
         if not config.auto and len(config.backends) == 1 and candidates and candidates[0].name == "eager":
             placement = build_placement(ir, candidates[0], args, mode=config.mode, options={})
             decision = Decision(Measurement("eager", math.nan, True, placement=placement), [])
+        elif role == "follower":  # rank 0 chose (distributed.py); run its choice, checked
+            decision = (self._remembered(ir, sig, candidates, args, frozen, distributed.receive(rank_key))
+                        or self._rank0_failed(ir, args))
         elif (rebuilt := self._rebuilt(ir, sig, candidates, args)) is not None:
             decision = rebuilt
         elif config.auto and (remembered := self._remembered(ir, sig, candidates, args, frozen)) is not None:
@@ -145,10 +156,15 @@ class GraphRunner:
             device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
             left_out = screen.skipped(ir, candidates, device, config.mode) if config.auto else {}
             built = [b for b in candidates if b.name not in left_out]
-            results = measure(
-                ir, built, args, mode=config.mode, options=config.options_for,
-                time_budget=float(config.get("autotune_budget")), timed=config.auto,
-            ) if verify else self._unverified(ir, built, args)
+            bar = progress.for_graph(ir.name, len(candidates)) if tuned else None
+            try:
+                results = measure(
+                    ir, built, args, mode=config.mode, options=config.options_for,
+                    time_budget=float(config.get("autotune_budget")), timed=config.auto, progress=bar,
+                ) if verify else self._unverified(ir, built, args)
+            finally:
+                if bar is not None:
+                    bar.close()
             if config.auto:
                 screen.remember(ir, results, device)
                 results = list(results) + [Measurement(name, math.inf, False, why) for name, why in left_out.items()]
@@ -177,18 +193,34 @@ class GraphRunner:
                     TorchmuxFallbackWarning, stacklevel=3,
                 )
             decision = Decision(best, list(results))
-            if config.auto and best.ok and len(candidates) > 1:
-                cache.store(cache.decision_key(self.ir, sig, candidates, config.mode, config.split_segments, frozen), {
-                    "backend": best.backend,
-                    "plan": best.placement.plan if best.placement else None,
-                    "measurements": [{"backend": m.backend, "seconds": m.seconds if m.ok else None, "reason": m.reason}
-                                     for m in results],
-                })
+            if tuned and best.ok:
+                cache.store(key, self._record(decision))
+                progress.summary(f"{ir.name}: {decision.backend} won among {len(candidates)} backends ("
+                                 + ", ".join(m.summary for m in results) + ")")
+        if role == "leader":
+            distributed.publish(rank_key, self._record(decision))
         if settings.VERBOSE.get():
             print(f"[torchmux] {ir.name} {list(sig)[:2]}: "
                   + " | ".join(m.summary for m in decision.measurements) + f" -> {decision.backend}", file=sys.stderr)
         self.decisions[sig] = decision
         return decision.chosen.placement.fn  # type: ignore[union-attr]
+
+    def _record(self, decision: Decision) -> dict[str, Any]:
+        """A decision as the cache, the fleet and the other ranks keep it (JSON)."""
+        best = decision.chosen
+        return {
+            "backend": best.backend,
+            "plan": best.placement.plan if best.placement else None,
+            "graph": self.ir.name, "ops": len(self.ir.op_nodes), "created": time.time(),
+            "measurements": [{"backend": m.backend, "seconds": m.seconds if m.ok and math.isfinite(m.seconds) else None,
+                              "reason": m.reason} for m in decision.measurements],
+        }
+
+    def _rank0_failed(self, ir: GraphIR, args: Sequence[Any]) -> Decision:
+        warnings.warn(f"torchmux: rank 0's choice for graph {ir.name} fails on this rank; running it eagerly",
+                      TorchmuxFallbackWarning, stacklevel=3)
+        best = self._eager_fallback(ir, args)
+        return Decision(best, [best])
 
     def _rebuilt(self, ir: GraphIR, sig: tuple, candidates: list, args: Sequence[Any]) -> Decision | None:
         """After a weight change: the backend that won before, built on the new weights and checked."""
@@ -199,13 +231,15 @@ class GraphRunner:
         chosen = measure(ir, [winner], args, mode=self.config.mode, options=self.config.options_for, timed=False)[0]
         return Decision(chosen, [chosen] + [m for m in self.decisions[sig].measurements if m.backend != name]) if chosen.ok else None
 
-    def _remembered(self, ir: GraphIR, sig: tuple, candidates: list, args: Sequence[Any], frozen: bool) -> Decision | None:
-        """The winner a previous process measured for this graph, signature and candidate set, if it is
-        still correct; None sends the graph through the full measurement."""
+    def _remembered(self, ir: GraphIR, sig: tuple, candidates: list, args: Sequence[Any], frozen: bool = False,
+                    record: dict[str, Any] | None = None) -> Decision | None:
+        """The winner a previous process (or rank 0: ``record``) measured for this graph, signature and
+        candidate set, if it is still correct; None sends the graph through the full measurement."""
         if len(candidates) < 2:
             return None
         config = self.config
-        record = cache.load(cache.decision_key(self.ir, sig, candidates, config.mode, config.split_segments, frozen))
+        if record is None:
+            record = cache.load(cache.decision_key(self.ir, sig, candidates, config.mode, config.split_segments, frozen))
         if not record:
             return None
         if record.get("plan"):
@@ -216,10 +250,14 @@ class GraphRunner:
                                         options=config.options_for, timed=False)[0]
         if chosen is None or not chosen.ok:
             return None
-        remembered = [Measurement(m["backend"], m["seconds"] if m["seconds"] is not None else math.inf,
-                                  m["seconds"] is not None, m.get("reason", "") or "(remembered)")
-                      for m in record.get("measurements", []) if m["backend"] != chosen.backend]
-        chosen.seconds = next((m["seconds"] for m in record.get("measurements", []) if m["backend"] == chosen.backend), math.nan)
+        try:
+            remembered = [Measurement(m["backend"], m["seconds"] if m["seconds"] is not None else math.inf,
+                                      m["seconds"] is not None, m.get("reason", "") or "(remembered)")
+                          for m in record.get("measurements", []) if m["backend"] != chosen.backend]
+            chosen.seconds = next((m["seconds"] for m in record.get("measurements", [])
+                                   if m["backend"] == chosen.backend and m["seconds"] is not None), math.nan)
+        except (KeyError, TypeError, AttributeError):  # a damaged record still names a checked winner
+            remembered = []
         return Decision(chosen, [chosen] + remembered)
 
     def _remembered_split(self, ir: GraphIR, record: Any, candidates: list, args: Sequence[Any]) -> Measurement | None:

@@ -28,8 +28,9 @@ import copy
 import math
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch.fx as fx
 from torch.fx.passes.split_module import split_module
@@ -38,8 +39,8 @@ from ..core import settings
 from ..core.backend import Backend
 from ..core.compare import mismatch
 from ..core.ir import GraphIR
-from .placement import Placement, _region_inputs, _Region
-from .tuner import SCREEN_FACTOR, Measurement, short_error, time_rounds, choose, measure
+from .placement import Placement, _Region, _region_inputs
+from .tuner import SCREEN_FACTOR, Measurement, choose, measure, short_error, time_rounds
 
 
 @dataclass
@@ -127,7 +128,7 @@ def split(ir: GraphIR, cuts: Sequence[int], args: Sequence[Any]) -> tuple[fx.Gra
             seg += 1
     gm = copy.deepcopy(ir.gm)
     by_name = {n.name: segment_of[n] for n in ops}
-    parent = split_module(gm, None, lambda node: by_name.get(node.name, 0), keep_original_order=True)
+    parent = split_module(gm, gm, lambda node: by_name.get(node.name, 0), keep_original_order=True)
     kinds = dict(zip((p.name for p in ir.placeholders), ir.input_kinds))
     inputs = _region_inputs(parent, args)
     out: list[Piece] = []
@@ -169,7 +170,7 @@ class Plan:
     cuts: tuple[int, ...]
     backends: tuple[str, ...]
 
-    def merged(self) -> "Plan":
+    def merged(self) -> Plan:
         """Neighbours that chose the same backend become one piece: one call fewer, and the backend
         may fuse across what was a cut."""
         keep = [c for c, a, b in zip(self.cuts, self.backends, self.backends[1:]) if a != b]
@@ -180,7 +181,7 @@ class Plan:
         return {"cuts": list(self.cuts), "backends": list(self.backends)}
 
     @classmethod
-    def from_record(cls, record: Any) -> "Plan | None":
+    def from_record(cls, record: Any) -> Plan | None:
         try:
             plan = cls(tuple(int(c) for c in record["cuts"]), tuple(str(b) for b in record["backends"]))
         except (KeyError, TypeError, ValueError):

@@ -30,12 +30,13 @@ import random
 import statistics
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
-from ..core.backend import Backend
+from ..core.backend import ESTIMATE_SKIP_FACTOR, Backend, CompileRequest
 from ..core.compare import mismatch
 from ..core.ir import GraphIR
 from .placement import Placement, build_placement
@@ -58,7 +59,7 @@ class Measurement:
         if not self.ok:
             return f"{self.backend}: failed ({self.reason})"
         p = self.placement
-        split = f", {p.ops_eager} ops eager" if p and p.ops_eager else ""
+        split = f", {p.eager_summary}" if p and p.ops_eager else ""
         return f"{self.backend}: {self.seconds * 1e3:.3f} ms{split}"
 
 
@@ -103,12 +104,18 @@ def measure(
     time_budget: float = 0.5,
     max_rounds: int = 25,
     timed: bool = True,
+    progress: Callable[[str, str], None] | None = None,
 ) -> list[Measurement]:
-    """Compile, check and (if ``timed``) time every backend on ``args``. Never raises for a backend's fault."""
+    """Compile, check and (if ``timed``) time every backend on ``args``. Never raises for a backend's fault.
+    ``progress(candidate, "compile" | "time")`` is called as each step starts (autotune/progress.py)."""
     reference = ir.run_reference(*args)
-    results: list[Measurement] = []
+    results: list[Measurement] = skipped_by_estimate(ir, backends, args, mode, options)
     live: list[tuple[Measurement, Callable[..., Any]]] = []
     for backend in backends:
+        if progress:
+            progress(backend.name, "compile")
+        if any(m.backend == backend.name for m in results):
+            continue
         t0 = time.perf_counter()
         try:
             placement = build_placement(ir, backend, args, mode=mode, options=options(backend.name))
@@ -132,8 +139,35 @@ def measure(
         live.append((m, placement.fn))
 
     if timed and len(live) > 1:
+        for m, _ in live:
+            if progress:
+                progress(m.backend, "time")
         time_rounds(live, args, time_budget, max_rounds)
     return results
+
+
+def skipped_by_estimate(ir: GraphIR, backends: Sequence[Backend], args: Sequence[Any], mode: str | None,
+                        options: Callable[[str], dict[str, Any]]) -> list[Measurement]:
+    """Candidates not worth compiling: their own cost estimate (``Backend.estimate_seconds``) is
+    ESTIMATE_SKIP_FACTOR times the best estimate or worse. Backends without an estimate are never skipped."""
+    estimates: dict[str, float] = {}
+    for b in backends:
+        try:
+            guess = b.estimate_seconds(CompileRequest(ir, list(args), mode, options(b.name))) \
+                if hasattr(b, "estimate_seconds") else None
+        except Exception:  # an estimate that fails is no estimate
+            guess = None
+        if isinstance(guess, (int, float)) and guess >= 0 and not math.isnan(guess):
+            estimates[b.name] = float(guess)
+    if len(backends) < 2 or len(estimates) < 2:
+        return []
+    best_name = min(estimates, key=estimates.__getitem__)
+    best = estimates[best_name]
+    return [
+        Measurement(name, math.inf, False, f"skipped: its estimate {sec * 1e3:.3g} ms is {ESTIMATE_SKIP_FACTOR:g}x+ "
+                    f"{best_name}'s {best * 1e3:.3g} ms")
+        for name, sec in estimates.items() if sec >= ESTIMATE_SKIP_FACTOR * best and sec > 0
+    ]
 
 
 SCREEN_FACTOR = 3.0  # a candidate this many times slower than the best one's warm call is not timed further

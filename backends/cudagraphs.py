@@ -18,6 +18,8 @@ class CudaGraphsBackend(extend.Backend):
     name = "cudagraphs"
     devices = ("cuda",)
     package = "torch"
+    contract_version = extend.CONTRACT_VERSION
+    options_schema: dict[str, extend.Option] = {}  # takes no options
     description = "records the ATen graph as a CUDA graph and replays it (removes launch overhead)"
 
     def availability(self) -> extend.Availability:

@@ -16,6 +16,8 @@ class EagerBackend(extend.Backend):
     name = "eager"
     devices = ("cpu", "cuda")
     package = "torch"
+    contract_version = extend.CONTRACT_VERSION
+    options_schema: dict[str, extend.Option] = {}  # takes no options
     description = "runs the ATen graph op by op (the baseline and the fallback)"
     dynamic_shapes = True
 

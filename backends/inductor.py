@@ -7,6 +7,7 @@ Core ATen) and generates C++/OpenMP on the CPU (needs a C++ compiler) or Triton 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -19,6 +20,11 @@ class InductorBackend(extend.Backend):
     package = "torch"
     description = "torch._inductor: C++/OpenMP on the CPU, Triton on the GPU"
     dynamic_shapes = True
+    contract_version = extend.CONTRACT_VERSION
+    # free-form: every option is an Inductor config patch (a name in torch._inductor.config, such as
+    # options={"inductor.epilogue_fusion": False}), passed to compile_fx unchecked; Inductor itself
+    # refuses an unknown name when the graph compiles (a failed candidate, so eager runs it)
+    options_schema = None
 
     def availability(self) -> extend.Availability:
         if not torch.cuda.is_available() and not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):
@@ -43,7 +49,8 @@ class InductorBackend(extend.Backend):
             config_patches.update(freezing=True)
         config_patches.update(request.options)
         gm = _views_as_reshapes(request.ir.gm)
-        compiled = compile_fx.compile_fx(gm, list(request.example_inputs), config_patches=config_patches)
+        compiled: Callable[..., Sequence[torch.Tensor]] = compile_fx.compile_fx(  # type: ignore[assignment]  # typed as a union of its modes' results; this mode returns the callable
+            gm, list(request.example_inputs), config_patches=config_patches)
 
         def run(*args: torch.Tensor) -> list[torch.Tensor]:
             return list(compiled(*args))

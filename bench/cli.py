@@ -140,13 +140,13 @@ def resolve_systems(spec: str, device: str) -> tuple[list[str], dict[str, str]]:
                 continue
             if name not in (EAGER, INDUCTOR, AUTO) and not name.startswith("torchmux:"):
                 name = f"torchmux:{name}"
-            backend = name.split(":", 1)[1] if name.startswith("torchmux:") else None
-            if backend is not None and backend != "auto" and backend not in runnable:
+            chosen = name.split(":", 1)[1] if name.startswith("torchmux:") else None
+            if chosen is not None and chosen != "auto" and chosen not in runnable:
                 raise BenchArgumentError(
                     f"--systems: {item!r} is not a system; choose from eager, inductor, {INDUCTOR_FREEZING}, {ONNX_EXPORT}, auto, "
                     + ", ".join(f"torchmux:{n}" for n in registry.names) + " (or 'default')")
-            if backend in runnable and runnable[backend]:
-                skipped[name] = runnable[backend]
+            if chosen in runnable and runnable[chosen]:
+                skipped[name] = runnable[chosen]
             else:
                 wanted.append(name)
         wanted = [EAGER] + [s for s in wanted if s != EAGER]

@@ -20,9 +20,9 @@ def _median_ms(fn, args, rounds: int) -> list[float]:
 
 def run_demo(model_name: str = "bert", batch: int = 8, rounds: int = 30) -> int:
     import torchmux
+    from torchmux.api.explain import compile_recorded, last_measurements, report
     from torchmux.bench.zoo import ZOO, build, tensors_of
     from torchmux.core.registry import format_backends
-    from torchmux.api.explain import compile_recorded, last_measurements, report
 
     warnings.simplefilter("ignore")
     print("Backends on this machine:\n")

@@ -39,7 +39,9 @@ def details(report: dict[str, Any]) -> list[str]:
     header = ["model", "system", "median ms", "q1-q3 ms", "vs eager", "vs inductor",
               "compile cold s" if separate else "compile s (latency process)", "warm s",
               "GPU peak MB (+)" if gpu else "peak RSS MB (+)", "matches eager"]
-    rows, failures, notes = [], [], []
+    rows: list[list[str]] = []
+    failures: list[str] = []
+    notes: list[str] = []
     for model, m in report["models"].items():
         for i, (system, r) in enumerate(m["systems"].items()):
             name = model if i == 0 else ""
@@ -177,7 +179,11 @@ def write_chart(report: dict[str, Any], path: Path) -> Path | None:
         for i, g in enumerate(groups):
             x = i - 0.4 + width * (j + 0.5)
             v = report["geomean"][s]["speedup_vs_eager"] if g == "geomean" else report["models"][g]["systems"].get(s, {}).get("speedup_vs_eager")
-            (xs.append(x), ys.append(v)) if v else failed.append(x)
+            if v:
+                xs.append(x)
+                ys.append(v)
+            else:
+                failed.append(x)
         bars = ax.bar(xs, [y - 1.0 for y in ys], width, bottom=1.0, label=s)  # bars grow from 1x, up or down
         color = bars.patches[0].get_facecolor() if bars.patches else f"C{j}"
         for x, y in zip(xs, ys):

@@ -26,8 +26,9 @@ import sys
 import time
 import traceback
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -213,7 +214,7 @@ class _AutoChoices:
         self.graphs: dict[str, list[tuple[str, float, bool]]] = {}
 
     @classmethod
-    def install(cls) -> "_AutoChoices":
+    def install(cls) -> _AutoChoices:
         import torchmux
 
         recorder = cls()

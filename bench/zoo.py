@@ -7,8 +7,9 @@ eval mode and example inputs for a batch size.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -127,7 +128,9 @@ def _hf(kind: str) -> Callable[[int], tuple[nn.Module, tuple[Any, ...]]]:
 
         torch.manual_seed(0)
         seq = 32
-        common = dict(attn_implementation="eager")
+        common: dict[str, Any] = dict(attn_implementation="eager")
+        cfg: Any
+        model: nn.Module
         if kind == "bert":
             cfg = tf.BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
                                 intermediate_size=512, max_position_embeddings=128, **common)
@@ -158,7 +161,7 @@ def _plain(cls: Callable[[], nn.Module], shape: Callable[[int], tuple[int, ...]]
         model = cls().eval()
         if isinstance(model, SmallResNet):  # give batch norm non-trivial statistics
             for m in model.modules():
-                if isinstance(m, nn.BatchNorm2d):
+                if isinstance(m, nn.BatchNorm2d) and m.running_mean is not None and m.running_var is not None:
                     m.running_mean.uniform_(-0.5, 0.5)
                     m.running_var.uniform_(0.5, 1.5)
         return model, (torch.randn(shape(batch)),)

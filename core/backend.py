@@ -10,15 +10,29 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 import torch
 import torch.fx as fx
 
 from .ir import GraphIR, op_name
 
-__all__ = ["Availability", "Backend", "CompiledGraph", "CompileRequest", "package_version", "has_cuda"]
+__all__ = [
+    "CONTRACT_VERSION", "Availability", "Backend", "CompiledGraph", "CompileRequest", "Option", "has_cuda",
+    "kernel_count_of", "package_version",
+]
+
+#: The version of the backend contract this torchmux implements. A backend says which version it was
+#: written against in :attr:`Backend.contract_version`; the registry refuses a backend written for a
+#: newer contract (it may rely on what this torchmux does not do) and accepts every older one.
+#: 1: name, devices, dtypes, ops/claims, availability(), supports(), compile().
+#: 2: + phases, granularity, min_region_ops, options_schema, estimate_seconds(), kernel_count.
+CONTRACT_VERSION = 2
+
+PHASES = ("inference", "forward", "backward")
+GRANULARITIES = ("ops", "regions", "graph")
 
 
 @dataclass(frozen=True)
@@ -29,19 +43,54 @@ class Availability:
     reason: str = ""
 
     @classmethod
-    def yes(cls) -> "Availability":
+    def yes(cls) -> Availability:
         return cls(True, "")
 
     @classmethod
-    def no(cls, reason: str) -> "Availability":
+    def no(cls, reason: str) -> Availability:
         return cls(False, reason)
 
 
 class CompiledGraph(Protocol):
     """What :meth:`Backend.compile` returns: called with the graph's flat positional inputs, returns
-    the flat list (or tuple) of its outputs, in the order of the graph's output node."""
+    the flat list (or tuple) of its outputs, in the order of the graph's output node (a backward
+    graph's outputs may hold ``None`` for inputs that need no gradient: return ``None`` there too).
 
-    def __call__(self, *args: Any) -> Sequence[torch.Tensor]: ...
+    A code generator may also give the callable an int attribute ``kernel_count`` (how many kernels
+    the graph became); ``torchmux.explain`` reports it. :func:`kernel_count_of` reads it.
+    """
+
+    def __call__(self, *args: Any) -> Sequence[torch.Tensor | None]: ...
+
+
+def kernel_count_of(fn: Any) -> int | None:
+    """The compiled callable's ``kernel_count`` if it declares one as a non-negative int, else None."""
+    count = getattr(fn, "kernel_count", None)
+    return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option a backend accepts (``options={"<backend>.<name>": value}``), checked at ``compile()``.
+
+    ``type`` is the type (or tuple of types) a value must have (an int passes for float); ``default``
+    is what the backend uses when the option is not given (documentation: the backend applies it).
+    """
+
+    type: type | tuple[type, ...]
+    default: Any
+    help: str
+
+    def check(self, value: Any) -> bool:
+        types = self.type if isinstance(self.type, tuple) else (self.type,)
+        if float in types and isinstance(value, int) and not isinstance(value, bool):
+            return True
+        return isinstance(value, types)
+
+    @property
+    def type_name(self) -> str:
+        types = self.type if isinstance(self.type, tuple) else (self.type,)
+        return " or ".join(t.__name__ for t in types)
 
 
 @dataclass(frozen=True)
@@ -90,6 +139,23 @@ class Backend:
     #: :func:`torchmux.extend.op_name` spells them); None claims every op. Older plugins set this;
     #: :attr:`claims` says more. Claims come from the conformance suite, never from guesses.
     ops: frozenset[str] | None = None
+    #: the contract version it was written against (:data:`CONTRACT_VERSION`); a backend that does not
+    #: say is taken as written for version 1 and keeps working
+    contract_version: int = 1
+    #: the graph phases it can compile: "inference" (no autograd), "forward" and "backward" (a
+    #: training step's two graphs, :attr:`GraphIR.phase`); a graph of another phase never reaches it
+    phases: frozenset[str] = frozenset(PHASES)
+    #: how much of a graph it takes: "regions" (connected regions of claimed ops, the unclaimed ops run
+    #: eagerly in between), "ops" (each claimed op compiled on its own: a kernel library that does not
+    #: fuse), "graph" (whole graphs only: a graph with an unclaimed op is not compiled at all)
+    granularity: str = "regions"
+    #: the fewest ops that move data (not views, reshapes or getitem) a region must hold to be worth a
+    #: call; smaller regions run eagerly ("regions" only)
+    min_region_ops: int = 1
+    #: the options it accepts, by name (``{"providers": Option(list, None, "...")}``); compile() refuses
+    #: any other name and a value of the wrong type, saying which names are allowed. None: not
+    #: declared, every name is passed through unchecked (free-form options, or an older plugin)
+    options_schema: Mapping[str, Option] | None = None
 
     @property
     def version(self) -> str:
@@ -121,10 +187,42 @@ class Backend:
     def supports_device(self, device: str) -> bool:
         return device in self.devices
 
+    def estimate_seconds(self, request: CompileRequest) -> float | None:
+        """Optional, cheap (no compilation): a guess of one call's latency on ``request``, or None (no
+        guess, the default). ``auto`` skips a candidate whose estimate is :data:`ESTIMATE_SKIP_FACTOR`
+        times the best estimate or worse, without compiling it; an estimate that raises counts as None."""
+        return None
+
     def compile(self, request: CompileRequest) -> CompiledGraph:
         """Compile ``request.ir`` into a callable. Raise any exception to say it cannot: torchmux records
         it as a failed candidate and falls back; it never reaches the user."""
         raise NotImplementedError
+
+
+#: auto does not compile a candidate whose estimate is this many times the best candidate's estimate
+ESTIMATE_SKIP_FACTOR = 10.0
+
+
+def contract_problem(backend: Any) -> str | None:
+    """Why ``backend`` (any object a plugin returned) cannot be used by this torchmux, or None."""
+    if not isinstance(getattr(backend, "name", None), str) or not backend.name or not callable(getattr(backend, "compile", None)):
+        return f"returned {backend!r}, which is not a Backend (needs a name and compile())"
+    version = getattr(backend, "contract_version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        return f"backend {backend.name!r} has contract_version={version!r}; it must be an int from 1 to {CONTRACT_VERSION}"
+    if version > CONTRACT_VERSION:
+        return (f"backend {backend.name!r} was written for torchmux backend contract {version}, and this torchmux "
+                f"implements contract {CONTRACT_VERSION}; upgrade torchmux (pip install -U torchmux) or install "
+                "an older release of the plugin")
+    phases = getattr(backend, "phases", frozenset(PHASES))
+    if not phases or not set(phases) <= set(PHASES):
+        return f"backend {backend.name!r} has phases={set(phases)!r}; it must be a non-empty subset of {set(PHASES)}"
+    if getattr(backend, "granularity", "regions") not in GRANULARITIES:
+        return f"backend {backend.name!r} has granularity={backend.granularity!r}; it must be one of {GRANULARITIES}"
+    schema = getattr(backend, "options_schema", None)
+    if schema is not None and not all(isinstance(k, str) and isinstance(v, Option) for k, v in dict(schema).items()):
+        return f"backend {backend.name!r}: options_schema must map option names to torchmux.extend.Option"
+    return None
 
 
 def package_version(dist: str | None) -> str | None:

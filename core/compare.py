@@ -8,7 +8,8 @@ large activations are not held to an absolute 1e-5.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 

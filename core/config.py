@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .backend import Backend
 from .errors import BadArgumentError
@@ -84,6 +86,9 @@ def resolve(backend: Any, mode: str | None, options: Mapping[str, Any] | None) -
     if auto and not any(b.name == "eager" for b in chosen) and "eager" in registry.names:
         chosen = chosen + (registry.get("eager"),)  # the fallback is always a candidate
     own, per_backend = _split_options(options or {}, set(registry.names) | {b.name for b in chosen})
+    by_name = {**{n: registry.get(n) for n in per_backend if n in registry.names}, **{b.name: b for b in chosen}}
+    for name, given in per_backend.items():
+        check_backend_options(by_name[name], given)
     return CompileConfig(chosen, auto, None if mode == "default" else mode, own, per_backend)
 
 
@@ -111,3 +116,25 @@ def _split_options(options: Mapping[str, Any], backend_names: set[str]) -> tuple
                 f"with a backend among {', '.join(sorted(backend_names))}"
             )
     return own, per
+
+
+def check_backend_options(backend: Backend, given: Mapping[str, Any]) -> None:
+    """Refuse an option the backend does not declare, or a value of the wrong type, naming the allowed
+    options. A backend without ``options_schema`` (free-form options, or an older plugin) accepts any."""
+    schema = getattr(backend, "options_schema", None)
+    if schema is None:
+        return
+    allowed = "; ".join(f"{k} ({o.type_name}, default {o.default!r}): {o.help}" for k, o in schema.items()) or "(none)"
+    for key, value in given.items():
+        if key not in schema:
+            close = difflib.get_close_matches(key, list(schema), n=1)
+            hint = f" Did you mean {backend.name + '.' + close[0]!r}?" if close else ""
+            raise BadArgumentError(
+                f"options[{backend.name + '.' + key!r}]: backend {backend.name!r} has no option {key!r}.{hint} "
+                f"Its options: {allowed}"
+            )
+        if not schema[key].check(value):
+            raise BadArgumentError(
+                f"options[{backend.name + '.' + key!r}] must be {schema[key].type_name}, got {value!r} "
+                f"({type(value).__name__}). {key}: {schema[key].help}"
+            )

@@ -8,13 +8,23 @@ class TorchmuxError(Exception):
 
 
 class UnknownBackendError(TorchmuxError, ValueError):
-    def __init__(self, name: str, known: list[str]):
-        self.name, self.known = name, known
-        super().__init__(
-            f"unknown backend {name!r}. Known backends: {', '.join(sorted(known)) or '(none)'}. "
-            "Run `torchmux list` to see each one and whether it can run here; "
-            "a third-party backend must be pip-installed so its 'torchmux.backends' entry point is found."
-        )
+    def __init__(self, name: str, known: list[str], broken: list[tuple[str, str, str]] | None = None):
+        """``broken``: (plugin, where it came from, error) of every plugin that failed to load."""
+        self.name, self.known, self.broken = name, known, list(broken or [])
+        message = f"unknown backend {name!r}. Known backends: {', '.join(sorted(known)) or '(none)'}. "
+        if self.broken:
+            likely = [b for b in self.broken if name.lower() in b[0].lower()] or self.broken
+            message += (
+                "It may come from a plugin that is broken and was skipped: "
+                + "; ".join(f"plugin {p!r} (from {src}) is broken: {err}" for p, src, err in likely)
+                + ". Fix that error; `torchmux list` shows every plugin's state."
+            )
+        else:
+            message += (
+                "Run `torchmux list` to see each one and whether it can run here; a third-party backend "
+                "must be pip-installed so its 'torchmux.backends' entry point is found, or named in TORCHMUX_PLUGINS."
+            )
+        super().__init__(message)
 
 
 class BackendUnavailableError(TorchmuxError, RuntimeError):
@@ -45,3 +55,8 @@ class TorchmuxFallbackWarning(UserWarning):
 
 class NoCorrectBackendError(TorchmuxError, RuntimeError):
     """No candidate backend produced a correct answer for a graph (eager always should: this is a bug)."""
+
+
+class TorchmuxRemoteCacheWarning(TorchmuxFallbackWarning):
+    """The remote cache (TORCHMUX_REMOTE_CACHE) could not be used: down, slow, or an entry failed its check.
+    torchmux goes on with the local cache and compiles locally."""

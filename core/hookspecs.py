@@ -9,7 +9,8 @@ specification offers, never others.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import pluggy
 
@@ -25,7 +26,7 @@ hookspec = pluggy.HookspecMarker("torchmux")
 
 
 @hookspec
-def torchmux_add_backends() -> Sequence["Backend"]:
+def torchmux_add_backends() -> Sequence[Backend]:  # type: ignore[empty-body]  # a specification: pluggy calls the implementations
     """Return the backends this plugin provides (instances of :class:`torchmux.Backend`).
 
     Called once per plugin when the registry loads. Every plugin's answer is collected: backends
@@ -45,7 +46,7 @@ def torchmux_add_backends() -> Sequence["Backend"]:
 
 
 @hookspec
-def torchmux_graph_captured(ir: "GraphIR") -> None:
+def torchmux_graph_captured(ir: GraphIR) -> None:
     """Called after the frontend captured and normalized a graph, before any backend sees it.
 
     ``ir`` is a linted :class:`torchmux.GraphIR`; treat it as read-only. Use it to log or collect
@@ -54,7 +55,7 @@ def torchmux_graph_captured(ir: "GraphIR") -> None:
 
 
 @hookspec
-def torchmux_candidate_measured(ir: "GraphIR", backend: str, seconds: float, ok: bool, reason: str) -> None:
+def torchmux_candidate_measured(ir: GraphIR, backend: str, seconds: float, ok: bool, reason: str) -> None:
     """Called once per candidate the autotuner measured for ``ir``.
 
     ``seconds`` is the median latency (``inf`` when the candidate failed); ``ok`` says whether its

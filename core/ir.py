@@ -19,7 +19,8 @@ invariants, checked by :meth:`GraphIR.lint`:
    The one exception: run-time checks (``aten._assert_scalar``, ``aten._assert_async``) return nothing,
    are used by nothing, and carry no value.
 4. *Flat signature.* Placeholders are positional tensors (or SymInts); the output node returns a flat
-   tuple of tensors. Parameters and buffers are *lifted*: they are placeholders like user inputs, and
+   tuple of tensors, except that a backward graph's tuple may hold ``None`` (the gradient of an input
+   that needs none), and a compiled backward graph returns ``None`` in the same places. Parameters and buffers are *lifted*: they are placeholders like user inputs, and
    :attr:`GraphIR.input_kinds` says which is which (``"input"``, ``"param"`` or ``"buffer"``). Backends
    may treat params and buffers as constants for the lifetime of a compiled artifact only if they also
    accept them as arguments (weights change between calls in training).
@@ -52,8 +53,9 @@ from __future__ import annotations
 import hashlib
 import operator
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -198,7 +200,7 @@ class GraphIR:
         return Counter(op_name(n) for n in self.op_nodes)
 
     # ----------------------------------------------------------------------------- invariants
-    def lint(self) -> "GraphIR":
+    def lint(self) -> GraphIR:
         """Check the invariants of the module docstring; raise IRLintError naming the node that breaks one."""
         self.graph.lint()
         for node in self.graph.nodes:

@@ -12,13 +12,14 @@ import importlib
 import importlib.metadata
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pluggy
 
 from . import hookspecs, settings
-from .backend import Availability, Backend
+from .backend import Availability, Backend, contract_problem
 from .errors import BackendUnavailableError, PluginError, UnknownBackendError
 
 ENTRY_POINT_GROUP = "torchmux.backends"
@@ -93,11 +94,14 @@ class Registry:
         self._register(plugin, name, package)
 
     def _register(self, plugin: Any, name: str, package: str) -> bool:
+        if self.pm.is_registered(plugin):
+            # already there (a built-in named again in TORCHMUX_PLUGINS): keep the registered one
+            return True
         try:
             self.pm.register(plugin, name=name)
             self.pm.check_pending()
         except Exception as e:  # pluggy's validation names the hook and the offending signature
-            if self.pm.is_registered(plugin):
+            if self.pm.get_plugin(name) is plugin:  # only what this call registered is taken back
                 self.pm.unregister(plugin)
             self._problem(name, package, f"{type(e).__name__}: {e}")
             return False
@@ -105,8 +109,17 @@ class Registry:
         return True
 
     def register(self, plugin: Any, name: str | None = None) -> None:
-        """Register a plugin object or module at run time (tests, notebooks)."""
+        """Register a plugin at run time (tests, notebooks): a module or object with ``@torchmux.hookimpl``
+        functions, or a :class:`Backend` instance (wrapped in a plugin that adds it)."""
+        if _is_backend(plugin):
+            name = name or f"backend:{plugin.name}"
+            plugin = _SingleBackendPlugin(plugin)
         name = name or getattr(plugin, "__name__", None) or repr(plugin)
+        if not any(callable(getattr(plugin, h, None)) for h in dir(plugin) if h.startswith("torchmux_")):
+            raise PluginError(
+                f"register_plugin({plugin!r}): it has no torchmux_* hook (such as a @torchmux.hookimpl "
+                "torchmux_add_backends function); pass a module or object that has one, or a torchmux.Backend"
+            )
         if not self._register(plugin, name, "(registered at run time)"):
             raise PluginError(self.problems[-1].error)
         self._collect()
@@ -124,13 +137,14 @@ class Registry:
                 continue
             package = self._plugin_package.get(name, "?")
             try:
-                backends = list(impl.function() or [])
+                backends = list(cast(Callable[[], Any], impl.function)() or [])
             except Exception as e:
                 self._problem(name, package, f"torchmux_add_backends raised {type(e).__name__}: {e}")
                 continue
             for b in backends:
-                if not isinstance(getattr(b, "name", None), str) or not b.name or not callable(getattr(b, "compile", None)):
-                    self._problem(name, package, f"torchmux_add_backends returned {b!r}, which is not a Backend (needs a name and compile())")
+                problem = contract_problem(b)
+                if problem:
+                    self._problem(name, package, f"torchmux_add_backends {problem}")
                 elif b.name in self._entries:
                     other = self._entries[b.name]
                     self._problem(name, package, f"backend name {b.name!r} is already taken by plugin {other.plugin!r} ({other.package}); ignored")
@@ -144,7 +158,7 @@ class Registry:
 
     def get(self, name: str) -> Backend:
         if name not in self._entries:
-            raise UnknownBackendError(name, self.names)
+            raise UnknownBackendError(name, self.names, [(p.plugin, p.package, p.error) for p in self.problems])
         return self._entries[name].backend
 
     def availability(self, name: str) -> Availability:
@@ -193,6 +207,27 @@ class Registry:
             warnings.warn(f"a torchmux plugin's {hook_name} hook raised {type(e).__name__}: {e}", stacklevel=2)
 
 
+def _is_backend(obj: Any) -> bool:
+    return isinstance(obj, Backend) or (
+        not isinstance(obj, type) and isinstance(getattr(obj, "name", None), str) and callable(getattr(obj, "compile", None))
+        and callable(getattr(obj, "supports", None))
+    )
+
+
+class _SingleBackendPlugin:
+    """The plugin ``register_plugin(backend)`` registers for a bare Backend instance."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+
+    @hookspecs.hookimpl
+    def torchmux_add_backends(self) -> list[Any]:
+        return [self.backend]
+
+    def __repr__(self) -> str:
+        return f"<plugin adding backend {self.backend.name!r}>"
+
+
 _REGISTRY: Registry | None = None
 _LOCK = threading.Lock()
 
@@ -212,7 +247,16 @@ def list_backends(reload: bool = False) -> list[BackendInfo]:
 
 
 def register_plugin(plugin: Any, name: str | None = None) -> None:
-    """Register a plugin at run time; its backends join the registry at once."""
+    """Register a plugin at run time; its backends join the registry at once.
+
+    ``plugin`` is a module or an object with ``@torchmux.hookimpl`` functions named after the hooks
+    (core/hookspecs.py), or a :class:`Backend` instance. ``name`` defaults to the module's name (for a
+    Backend, ``"backend:<its name>"``). Raises :class:`PluginError` when the object has no
+    ``torchmux_*`` hook or a hook does not match its specification (the message names the plugin, the
+    hook and the argument). A backend that breaks the contract (:func:`contract_problem`) or whose name
+    is taken is skipped with a warning and listed by ``list_backends()`` as a broken plugin.
+    Registering the same object twice is a no-op.
+    """
     get_registry().register(plugin, name)
 
 

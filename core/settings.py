@@ -7,12 +7,13 @@ change the environment at run time. Defining the same name twice is an error at 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Generic, TypeVar
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
-_DEFINED: dict[str, "Setting"] = {}
+_DEFINED: dict[str, Setting] = {}
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,8 @@ DISABLE_PLUGIN_AUTOLOAD = _define(
     "When set, third-party plugins are not loaded from the 'torchmux.backends' entry-point group; "
     "torchmux's own built-in backends still load, and TORCHMUX_PLUGINS can name plugin modules to load.",
 )
-PLUGINS = _define(
-    "TORCHMUX_PLUGINS", (), lambda raw: tuple(p.strip() for p in raw.split(",") if p.strip()),
+PLUGINS: Setting[tuple[str, ...]] = _define(
+    "TORCHMUX_PLUGINS", tuple[str, ...](), lambda raw: tuple(p.strip() for p in raw.split(",") if p.strip()),
     "Comma-separated module names to register as plugins in addition to (or, with autoload off, "
     "instead of) the entry points.",
 )
@@ -74,4 +75,40 @@ VERBOSE = _define(
 DEBUG_DIR = _define(
     "TORCHMUX_DEBUG_DIR", None, lambda raw: Path(raw).expanduser(),
     "If set, backends that generate code (triton) write the source of every kernel into this folder.",
+)
+
+
+def _redis_url(raw: str) -> str:
+    if not raw.startswith(("redis://", "rediss://", "unix://")):
+        raise ValueError("expected a Redis URL such as redis://host:6379/0 (or rediss://, unix://)")
+    return raw
+
+
+def _seconds(raw: str) -> float:
+    value = float(raw)
+    if not value > 0:
+        raise ValueError("expected a positive number of seconds")
+    return value
+
+
+REMOTE_CACHE = _define(
+    "TORCHMUX_REMOTE_CACHE", None, _redis_url,
+    "A Redis server the fleet shares, e.g. redis://cache-host:6379/0: decisions and data artifacts (ONNX "
+    "models, TVM tuning records, split plans) are read from it after the local cache misses and written to "
+    "both. Needs the 'redis' client (pip install torchmux[fleet]). A Redis that is down costs a warning.",
+)
+REMOTE_TIMEOUT = _define(
+    "TORCHMUX_REMOTE_TIMEOUT", 0.2, _seconds,
+    "Seconds a remote cache request may take (connect, read, write) before torchmux gives up on it, warns "
+    "once and compiles locally.",
+)
+FLEET_KEY_FILE = _define(
+    "TORCHMUX_FLEET_KEY_FILE", None, lambda raw: Path(raw).expanduser(),
+    "A file holding the secret the fleet shares. With it, executable artifacts (shared libraries) travel "
+    "through the remote cache signed with HMAC-SHA256 and are loaded only when the signature checks; "
+    "without it they never travel and are rebuilt locally from the shared data.",
+)
+DISTRIBUTED_TIMEOUT = _define(
+    "TORCHMUX_DISTRIBUTED_TIMEOUT", 1800.0, _seconds,
+    "Under torch.distributed, how long ranks other than 0 wait for rank 0's autotune decision on a graph.",
 )

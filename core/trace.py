@@ -7,11 +7,12 @@ it needs no nn.Module and touches no Dynamo cache.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
-from torch._decomp import core_aten_decompositions
 from functorch.compile import aot_function
+from torch._decomp import core_aten_decompositions
 
 from .ir import GraphIR
 

@@ -18,8 +18,9 @@ nothing of placement or backends: it hands each normalized graph to ``place`` an
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -80,9 +81,9 @@ class TorchmuxDynamoBackend:
         self._count = 0
 
     def __call__(self, gm: fx.GraphModule, example_inputs: list[Any], **_: Any) -> Callable[..., Any]:
+        from functorch.compile import make_boxed_func
         from torch._decomp import core_aten_decompositions
         from torch._dynamo.backends.common import aot_autograd
-        from functorch.compile import make_boxed_func
 
         index, self._count = self._count, self._count + 1
         captured = CapturedGraph(index, gm, getattr(gm, "compile_subgraph_reason", None))

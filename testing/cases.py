@@ -8,8 +8,9 @@ pointwise ops) keep one case each and small shapes so the matrix stays lean.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F

@@ -7,7 +7,8 @@ nothing else, is what a backend may claim (``Backend.claims``).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 

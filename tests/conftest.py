@@ -26,3 +26,53 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# ------------------------------------------------------------------------------------------ fleet
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    """A real ``redis-server`` on a free local port, in a temporary folder, persisting nothing."""
+
+    def __init__(self, folder: str) -> None:
+        import shutil
+        import subprocess
+        import time
+
+        binary = shutil.which("redis-server")
+        if binary is None:
+            pytest.skip("redis-server is not installed here (apt-get install redis-server; .ci/run installs it)")
+        self.port = _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", folder, "--save", "",
+             "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        redis = pytest.importorskip("redis", reason="the redis client is not installed (pip install 'torchmux[fleet]')")
+        self.client = redis.Redis(port=self.port, socket_timeout=2)
+        for _ in range(100):
+            try:
+                self.client.ping()
+                return
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        self.kill()
+        raise RuntimeError(f"redis-server did not answer on port {self.port}")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def redis_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """A fresh redis-server for one test, killed after it (or by the test, mid-run)."""
+    server = RedisServer(str(tmp_path_factory.mktemp("redis")))
+    yield server
+    server.kill()

@@ -4,22 +4,17 @@ This module is the cheap part: which distribution is installed, whether the expo
 are there, and which execution providers can run here. The work (export, disk cache, sessions,
 IOBinding) is in ``_onnxruntime_impl.py``, imported by :meth:`OnnxRuntimeBackend.compile`.
 
-Options (``options={"onnxruntime.providers": [...]}``):
-
-- ``providers``: ONNX Runtime execution providers, in priority order, as names or ``(name, options)``
-  pairs. Default: ``["CPUExecutionProvider"]`` for CPU tensors; for CUDA tensors TensorRT (when its
-  library is installed), then CUDA, then CPU.
-- ``intra_op_num_threads``: threads per session (default: ONNX Runtime's, one per physical core).
+Options (``options={"onnxruntime.<name>": value}``): :data:`OPTIONS` below, checked when
+``compile()`` is called.
 """
 
 from __future__ import annotations
 
 import ctypes.util
 import functools
+from pathlib import Path
 
 import torch
-
-from pathlib import Path
 
 from torchmux import extend
 from torchmux.extend import load_claims, module_present, package_version, spec_of
@@ -28,13 +23,24 @@ CPU, CUDA, TENSORRT = "CPUExecutionProvider", "CUDAExecutionProvider", "Tensorrt
 _DISTRIBUTIONS = ("onnxruntime-gpu", "onnxruntime")
 _NEEDS = (("onnx", "onnx"), ("onnxscript", "onnxscript"))  # (module, distribution) torch's exporter needs
 
+OPTIONS: dict[str, extend.Option] = {
+    "providers": extend.Option(
+        (list, tuple), None, "ONNX Runtime execution providers in priority order, as names or (name, options) "
+        "pairs (default: CPU for CPU tensors; TensorRT when its library is installed, then CUDA, then CPU for CUDA)"),
+    "intra_op_num_threads": extend.Option(
+        int, None, "threads per session (default: torch.get_num_threads(), as torch.set_num_threads set it)"),
+    "allow_spinning": extend.Option(
+        bool, False, "let idle session threads spin for the next run (off: they would take the cores from "
+        "the torch ops that run between ONNX Runtime regions)"),
+}
+
 
 def installed_distribution() -> str:
     """The ONNX Runtime distribution that is installed (the GPU build first), or the CPU one's name."""
     return next((d for d in _DISTRIBUTIONS if package_version(d)), _DISTRIBUTIONS[-1])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def usable_providers() -> tuple[str, ...]:
     """The execution providers that can run here, best first.
 
@@ -64,6 +70,8 @@ class OnnxRuntimeBackend(extend.Backend):
     # --dtype float32 --dtype float16 --write ...`). In float16 torch's exporter computes a few ops in
     # float32 (their cast back dangles, or layer/batch norm returns float32 statistics): not claimed.
     claims = load_claims(Path(__file__).with_name("claims.json"))
+    contract_version = extend.CONTRACT_VERSION
+    options_schema = OPTIONS
 
     @property
     def description(self) -> str:  # type: ignore[override]

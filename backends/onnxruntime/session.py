@@ -24,25 +24,27 @@ import json
 import os
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 import torch
 
 from torchmux import extend
-from torchmux.extend import GraphIR, TensorSpec, artifact_dir, atomic_write, package_version
+from torchmux.extend import (
+    GraphIR,
+    TensorSpec,
+    artifact_dir,
+    atomic_write,
+    fetch_artifact,
+    package_version,
+    publish_artifact,
+)
 
-from . import CPU, CUDA, TENSORRT, usable_providers
-from .export import EXPORT_FORMAT, IR_VERSION, OPSET, tensor_outputs, export_onnx
-
-OPTIONS = {
-    "providers": "execution providers in priority order: names or (name, options) pairs",
-    "intra_op_num_threads": "threads per session (default: torch.get_num_threads(), as torch.set_num_threads set it)",
-    "allow_spinning": "let idle session threads spin for the next run (default False: they would take the "
-                      "cores from the torch ops that run between ONNX Runtime regions)",
-}
+from . import CPU, CUDA, OPTIONS, TENSORRT, usable_providers
+from .export import EXPORT_FORMAT, IR_VERSION, OPSET, export_onnx, tensor_outputs
 
 # torch dtype -> (NumPy element type for IOBinding, ONNX Runtime's type string)
 _TYPES: dict[torch.dtype, tuple[type, str]] = {
@@ -66,7 +68,7 @@ def _provider_list(request: extend.CompileRequest) -> list[tuple[str, dict[str, 
     if unknown:
         raise ValueError(
             f"unknown onnxruntime option(s) {unknown}; known: "
-            + "; ".join(f"{k} ({v})" for k, v in OPTIONS.items())
+            + "; ".join(f"{k} ({v.help})" for k, v in OPTIONS.items())
         )
     device = _device(request.example_inputs)
     requested = request.options.get("providers")
@@ -204,8 +206,10 @@ class OrtGraph:
         cuda_opts = dict(session.get_provider_options()).get(CUDA, {})
         self._stream = int(cuda_opts.get("user_compute_stream", 0) or 0) if device.type == "cuda" else None
 
-    def __call__(self, *args: torch.Tensor) -> list[torch.Tensor]:
-        outs = [torch.empty(spec.shape, dtype=spec.dtype, device=self.device) for _, _, spec in self._outputs]
+    def __call__(self, *args: torch.Tensor) -> list[torch.Tensor | None]:  # a backward graph's outputs hold None
+        # a session has static shapes (supports() leaves symbolic ones to other backends)
+        outs = [torch.empty(spec.shape, dtype=spec.dtype, device=self.device)  # type: ignore[arg-type]
+                for _, _, spec in self._outputs]
         self.run_into(args, outs)
         return [None if j is None else outs[j] for j in self._slots]
 
@@ -242,7 +246,7 @@ class OrtGraph:
     def _run_c(self, args: Sequence[torch.Tensor], outs: Sequence[torch.Tensor]) -> Sequence[torch.Tensor]:
         """The same binding through ONNX Runtime's C-level objects, which the public wrapper calls after
         per-call bookkeeping (WebGPU graph capture, device lookup by name) that costs ~30 us."""
-        c_session, new_binding, devices = self._c  # type: ignore[misc]
+        c_session, new_binding, devices = self._c
         binding = new_binding(c_session)
         keep = []
         for (name, np_type, _), t in zip(self._inputs, args):
@@ -325,12 +329,16 @@ def compile_graph(request: extend.CompileRequest) -> OrtGraph:
     folder = _cache_dir(ir, providers)
     folder.mkdir(parents=True, exist_ok=True)
     exported, optimized = folder / "model.onnx", folder / "model.opt.onnx"
-    cache_hit = optimized.exists() or (exported.exists() and any(n == TENSORRT for n, _ in providers))
+    have_exported, have_optimized = fetch_artifact(exported), fetch_artifact(optimized)  # local, else the fleet's
+    cache_hit = have_optimized or (have_exported and any(n == TENSORRT for n, _ in providers))
     t0 = time.perf_counter()
-    if not exported.exists():
+    if not have_exported:
         atomic_write(exported, export_onnx(ir, request.example_inputs))
+        publish_artifact(exported)
     export_seconds = time.perf_counter() - t0 if not cache_hit else 0.0
-    model = optimized if optimized.exists() else _optimized_model(folder, providers)
+    model = optimized if have_optimized else _optimized_model(folder, providers)
+    if not have_optimized and model == optimized:
+        publish_artifact(optimized)
     so = _session_options(ort.GraphOptimizationLevel.ORT_ENABLE_ALL, request.options)
     session = ort.InferenceSession(str(model), sess_options=so, providers=_with_engine_cache(providers, folder))
     _check_providers(session, providers)

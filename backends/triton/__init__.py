@@ -10,17 +10,16 @@ kernels. Nothing here imports triton: compile() does.
 On a CPU the kernels run in Triton's interpreter when ``TRITON_INTERPRET=1`` was set before triton was
 imported: exact and slow, for testing, so ``auto`` never picks this backend there.
 
-Options: ``mode="max-autotune"`` or ``options={"triton.autotune": True}`` times a few block sizes per
-kernel at compile time instead of trusting the heuristic.
+Options (:data:`OPTIONS`): ``mode="max-autotune"`` or ``options={"triton.autotune": True}`` times a
+few block sizes per kernel at compile time instead of trusting the heuristic.
 """
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import torch
 import torch.fx as fx
-
-from pathlib import Path
 
 from torchmux import extend
 from torchmux.extend import load_claims, module_present, package_version, version_tuple
@@ -30,6 +29,11 @@ from .fusion import HANDLED_OPS, op_key
 __all__ = ["TritonBackend", "torchmux_add_backends"]
 
 MIN_VERSION = (3, 0)
+
+OPTIONS = {
+    "autotune": extend.Option(bool, False, "time a few block sizes per kernel at compile time instead of trusting "
+                              "the heuristic (on by default under mode='max-autotune')"),
+}
 
 
 def _interpreting() -> bool:
@@ -44,6 +48,8 @@ class TritonBackend(extend.Backend):
     # --dtype float32 --dtype float16 --dtype bfloat16 --write ...`); supports() also asks the code
     # generator's own table (fusion.HANDLED_OPS)
     claims = load_claims(Path(__file__).with_name("claims.json"))
+    contract_version = extend.CONTRACT_VERSION
+    options_schema = OPTIONS
 
     @property
     def devices(self) -> tuple[str, ...]:  # type: ignore[override]

@@ -35,14 +35,38 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.fx as fx
 
-from .fusion import GATHERS, GETITEM, MAX_ROW, POINTWISE, POOLS, ROW, VIEW, ZERO, Idx, Index, Kernel, arg_requests, \
-    cat_spans, classify, gather_requests, op_key, pad_spans, pool_params, pool_taps, row_index, shape_of
+from .fusion import (
+    GATHERS,
+    GETITEM,
+    MAX_ROW,
+    POINTWISE,
+    POOLS,
+    ROW,
+    VIEW,
+    ZERO,
+    Idx,
+    Index,
+    Kernel,
+    arg_requests,
+    args_of,
+    cat_spans,
+    classify,
+    gather_requests,
+    kwargs_of,
+    op_key,
+    pad_spans,
+    pool_params,
+    pool_taps,
+    row_index,
+    shape_of,
+)
 
 __all__ = ["KernelSource", "BlockConfig", "generate", "block_config", "block_candidates", "compute_type", "RULES"]
 
@@ -98,7 +122,7 @@ def _pow(x: str, y: str) -> str:
 
 
 def _pow_scalar(a: list[str], n: fx.Node) -> str:
-    x, e = a[0], n.args[1]
+    x, e = a[0], args_of(n)[1]
     table = {1: x, 2: f"({x} * {x})", 3: f"({x} * {x} * {x})", 4: f"(({x} * {x}) * ({x} * {x}))",
              0.5: f"tl.sqrt({x})", -1: f"(1.0 / {x})", -0.5: f"tl.rsqrt({x})", 0: f"tl.where({x} == {x}, 1.0, 1.0)"}
     if e in table:
@@ -124,19 +148,19 @@ def _clamp(x: str, lo: Any, hi: Any) -> str:
 
 
 def _arg(n: fx.Node, i: int, name: str, default: Any) -> Any:
-    if len(n.args) > i:
-        return n.args[i]
-    return n.kwargs.get(name, default)
+    if len(args_of(n)) > i:
+        return args_of(n)[i]
+    return kwargs_of(n).get(name, default)
 
 
 def _alpha(y: str, n: fx.Node) -> str:
-    alpha = n.kwargs.get("alpha", 1)
+    alpha = kwargs_of(n).get("alpha", 1)
     return y if alpha == 1 else f"({y} * {lit(alpha)})"
 
 
 def _gelu(a: list[str], n: fx.Node) -> str:
     x = a[0]
-    if n.kwargs.get("approximate", _arg(n, 1, "approximate", "none")) == "tanh":
+    if kwargs_of(n).get("approximate", _arg(n, 1, "approximate", "none")) == "tanh":
         return f"(0.5 * {x} * (1.0 + {_tanh(f'0.7978845608028654 * ({x} + 0.044715 * {x} * {x} * {x})')}))"
     return f"(0.5 * {x} * (1.0 + tl.erf({x} * 0.7071067811865476)))"
 
@@ -162,7 +186,7 @@ def _sign(a: list[str], n: fx.Node) -> str:
 
 def _batch_norm(a: list[str], n: fx.Node) -> str:
     x, w, b, mean, var = a[:5]
-    y = f"(({x} - {mean}) * (1.0 / tl.sqrt({var} + {lit(float(n.args[6]))})))"
+    y = f"(({x} - {mean}) * (1.0 / tl.sqrt({var} + {lit(float(args_of(n)[6]))})))"
     if w != "None":
         y = f"({y} * {w})"
     return f"({y} + {b})" if b != "None" else y
@@ -250,20 +274,20 @@ def operand_types(node: fx.Node) -> list[str]:
     base = key.split(".")[0]
     out_t = compute_type(shape_dtype(node))
     if base in _LOGICAL:
-        return ["tl.int1"] * len(node.args)
+        return ["tl.int1"] * len(args_of(node))
     if base in _COMPARE or key in ("_to_copy.default", "clone.default", "alias.default"):
-        dtypes = [a.meta["val"].dtype for a in node.args if isinstance(a, fx.Node)]
+        dtypes = [a.meta["val"].dtype for a in args_of(node) if isinstance(a, fx.Node)]
         if base in _COMPARE:
-            if any(isinstance(a, float) for a in node.args[1:]) and not any(d.is_floating_point for d in dtypes):
+            if any(isinstance(a, float) for a in args_of(node)[1:]) and not any(d.is_floating_point for d in dtypes):
                 dtypes.append(torch.float32)
             promoted = dtypes[0]
             for d in dtypes[1:]:
                 promoted = torch.promote_types(promoted, d)
-            return [compute_type(promoted)] * len(node.args)
+            return [compute_type(promoted)] * len(args_of(node))
         return [compute_type(dtypes[0])]
     if key == "where.self":
         return ["tl.int1", out_t, out_t]
-    return [out_t] * len(node.args)
+    return [out_t] * len(args_of(node))
 
 
 def cast(var: str, have: str, want: str) -> str:
@@ -402,7 +426,7 @@ class _Emitter:
                 assert index == row_index(node, output or 0, self.dom), f"{node.format_node()} read off its row"
                 res = self.rowwise(node)[output or 0]
             elif kind == GETITEM:
-                res = self.value(node.args[0], node.args[1], index)
+                res = self.value(args_of(node)[0], args_of(node)[1], index)
             elif kind == VIEW:
                 [(src, o, src_index)] = arg_requests(node, index, self.dom)  # type: ignore[misc]
                 res = self.value(src, o, src_index)
@@ -430,10 +454,10 @@ class _Emitter:
         dtype = shape_dtype(node)
         out_t = compute_type(dtype)
         if key in ("full.default", "scalar_tensor.default"):
-            value = node.args[1] if key == "full.default" else node.args[0]
+            value = args_of(node)[1] if key == "full.default" else args_of(node)[0]
             return self.new(f"tl.full({self.shape(frozenset())}, {lit(value)}, {out_t})"), out_t
         if key.startswith("arange."):
-            a = node.args
+            a = args_of(node)
             start, step = (0, 1) if key == "arange.default" else (a[0], a[2] if len(a) > 2 else 1)
             i = index[0] if index else ZERO
             if i == ZERO:
@@ -448,7 +472,7 @@ class _Emitter:
         types = operand_types(node)
         reqs = iter(arg_requests(node, index, self.dom) or [])
         args: list[str] = []
-        for a, want in zip(node.args, types):
+        for a, want in zip(args_of(node), types):
             if isinstance(a, fx.Node):
                 src, o, src_index = next(reqs)
                 var, have = self.value(src, o, src_index)
@@ -466,8 +490,8 @@ class _Emitter:
 
         def data(t: fx.Node, t_index: Index) -> Idx:
             var, _ = self.value(t, None, t_index)
-            src = node.args[0]
-            dim = 0 if op_key(node) != "gather.default" else node.args[1] % len(shape_of(src))
+            src = args_of(node)[0]
+            dim = 0 if op_key(node) != "gather.default" else args_of(node)[1] % len(shape_of(src))
             size = shape_of(src)[dim] if shape_of(src) else 1
             wrapped = self.new(f"tl.where({var} < 0, {var} + {size}, {var})")
             return Idx(wrapped, self.dims_of(t_index))
@@ -481,7 +505,7 @@ class _Emitter:
         pad = "float('-inf')" if is_max else "0.0"
         parts = []
         for tap, conds in pool_taps(node, index):
-            v = cast(*self.value(node.args[0], None, tap), F32)
+            v = cast(*self.value(args_of(node)[0], None, tap), F32)
             if "False" in conds:
                 v = pad
             elif conds:
@@ -493,7 +517,7 @@ class _Emitter:
                 acc = self.new(f"tl.maximum({acc}, {p}, propagate_nan=tl.PropagateNan.ALL)")
             return self.rounded(acc if acc not in parts else self.new(acc), shape_dtype(node))
         kernel, _, _, _, _ = pool_params(node)
-        a = list(node.args) + [None] * 8
+        a = list(args_of(node)) + [None] * 8
         count_pad = True if a[5] is None else bool(a[5])
         if a[6] is not None:
             divisor = lit(float(a[6]))
@@ -510,7 +534,7 @@ class _Emitter:
         out_t = compute_type(shape_dtype(node))
         vals = [cast(*self.value(a, o, i), out_t) for a, o, i in arg_requests(node, index, self.dom) or []]
         if op_key(node) == "constant_pad_nd.default":
-            fill = lit(node.args[2] if len(node.args) > 2 else node.kwargs.get("value", 0))
+            fill = lit(args_of(node)[2] if len(args_of(node)) > 2 else kwargs_of(node).get("value", 0))
             conds = []
             for d, lo, size in pad_spans(node):
                 i = index[d]
@@ -568,7 +592,7 @@ class _Emitter:
             fn, init = ("max", "float('-inf')") if key == "amax.default" else ("min", "float('inf')")
             outs = [self.new(f"tl.{fn}(tl.where(kmask, {x}, {init}), axis=1)[:, None]")]
         elif key == "var.correction":
-            corr = float(node.kwargs.get("correction", 1) if node.kwargs.get("correction", 1) is not None else 1)
+            corr = float(kwargs_of(node).get("correction", 1) if kwargs_of(node).get("correction", 1) is not None else 1)
             mean = self.new(f"{total(x)} / {lit(n)}")
             d = self.new(f"tl.where(kmask, {x} - {mean}, 0.0)")
             outs = [self.new(f"{total(f'{d} * {d}')} / {lit(max(0.0, n - corr))}")]
@@ -580,7 +604,7 @@ class _Emitter:
             outs = [self.new(f"{e} / {s}" if key == "_softmax.default" else f"{z} - tl.log({s})")]
         elif key in ("native_layer_norm.default", "native_group_norm.default"):
             layer = key == "native_layer_norm.default"
-            a = node.args
+            a = args_of(node)
             eps, weight, bias = (a[4], a[2], a[3]) if layer else (a[7], a[1], a[2])
             mean = self.new(f"{total(x)} / {lit(n)}")
             d = self.new(f"tl.where(kmask, {x} - {mean}, 0.0)")

@@ -36,8 +36,9 @@ dependency. Each kernel lists the nodes it computes and, once closed, the ones i
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -48,6 +49,17 @@ __all__ = [
 ]
 
 aten = torch.ops.aten
+
+def args_of(node: fx.Node) -> tuple[Any, ...]:
+    """``node.args`` as the op's schema has them: torch.fx types every argument as the union of every
+    kind of argument, which no lowering rule can use without a cast at each read."""
+    return node.args
+
+
+def kwargs_of(node: fx.Node) -> dict[str, Any]:
+    """``node.kwargs``, typed like :func:`args_of`."""
+    return dict(node.kwargs)
+
 
 #: the longest row (product of reduced dims) a reduction kernel keeps in registers; longer reductions run in ATen
 MAX_ROW = 8192
@@ -160,7 +172,7 @@ def clamped(i: Idx, offset: int, size: int) -> Idx:
 
 def pad_spans(node: fx.Node) -> list[tuple[int, int, int]]:
     """(dim, first input position in the output, input size) per dim ``constant_pad_nd`` pads."""
-    shape, pad = shape_of(node.args[0]), list(node.args[1])
+    shape, pad = shape_of(args_of(node)[0]), list(args_of(node)[1])
     rank = len(shape)
     return [(rank - 1 - j, pad[2 * j], shape[rank - 1 - j]) for j in range(len(pad) // 2)]
 
@@ -168,9 +180,9 @@ def pad_spans(node: fx.Node) -> list[tuple[int, int, int]]:
 def cat_spans(node: fx.Node) -> tuple[int, list[tuple[fx.Node, int, int]]]:
     """(dim, [(input, offset in the output, size)]) of ``cat``."""
     rank = len(shape_of(node))
-    dim = _dim(node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0), rank)
+    dim = _dim(args_of(node)[1] if len(args_of(node)) > 1 else kwargs_of(node).get("dim", 0), rank)
     spans, offset = [], 0
-    for t in node.args[0]:
+    for t in args_of(node)[0]:
         size = shape_of(t)[dim]
         spans.append((t, offset, size))
         offset += size
@@ -179,7 +191,7 @@ def cat_spans(node: fx.Node) -> tuple[int, list[tuple[fx.Node, int, int]]]:
 
 def pool_params(node: fx.Node) -> tuple[list[int], list[int], list[int], list[int], bool]:
     """(kernel, stride, padding, dilation, ceil_mode) of a 2-d pooling op, each a pair."""
-    a = list(node.args) + [None] * 8
+    a = list(args_of(node)) + [None] * 8
 
     def pair(v: Any, default: list[int]) -> list[int]:
         if v is None or (isinstance(v, (list, tuple)) and len(v) == 0):
@@ -198,7 +210,7 @@ def pool_params(node: fx.Node) -> tuple[list[int], list[int], list[int], list[in
 def pool_taps(node: fx.Node, index: Index) -> list[tuple[Index, list[str]]]:
     """Per window tap: the (clamped, always valid) input index, and the conditions that it is not padding."""
     kernel, stride, padding, dilation, _ = pool_params(node)
-    in_shape = shape_of(node.args[0])
+    in_shape = shape_of(args_of(node)[0])
     rank = len(in_shape)
     taps = []
     for a in range(kernel[0]):
@@ -226,15 +238,15 @@ def gather_requests(node: fx.Node, index: Index, data: Any) -> list[tuple[fx.Nod
     generation emits the load; planning uses a placeholder that equals no other index)."""
     key = op_key(node)
     if key == "embedding.default":
-        weight, ids = node.args[0], node.args[1]
+        weight, ids = args_of(node)[0], args_of(node)[1]
         id_index = normalize(index[:-1], shape_of(ids))
         return [(ids, None, id_index), (weight, None, normalize((data(ids, id_index), index[-1]), shape_of(weight)))]
     if key == "index.Tensor":
-        x, ids = node.args[0], node.args[1][0]
+        x, ids = args_of(node)[0], args_of(node)[1][0]
         lead = len(shape_of(ids))
         id_index = normalize(index[:lead], shape_of(ids))
         return [(ids, None, id_index), (x, None, normalize((data(ids, id_index),) + index[lead:], shape_of(x)))]
-    x, dim, ids = node.args[0], _dim(node.args[1], len(shape_of(node))), node.args[2]  # gather
+    x, dim, ids = args_of(node)[0], _dim(args_of(node)[1], len(shape_of(node))), args_of(node)[2]  # gather
     id_index = normalize(index, shape_of(ids))
     src = index[:dim] + (data(ids, id_index),) + index[dim + 1:]
     return [(ids, None, id_index), (x, None, normalize(src, shape_of(x)))]
@@ -250,17 +262,17 @@ def _placeholder(t: fx.Node, index: Index) -> Idx:
 def view_input_index(node: fx.Node, index: Index) -> Index | None:
     """The index into a view's input that gives the view's element at ``index``; None if no cheap one."""
     key = op_key(node)
-    src = node.args[0]
+    src = args_of(node)[0]
     out_shape, in_shape = shape_of(node), shape_of(src)
     rank = len(in_shape)
     if key == "permute.default":
-        perm = [_dim(d, rank) for d in node.args[1]]
+        perm = [_dim(d, rank) for d in args_of(node)[1]]
         res = [ZERO] * rank
         for j, d in enumerate(perm):
             res[d] = index[j]
         return normalize(res, in_shape)
     if key in ("t.default", "transpose.int"):
-        d0, d1 = (0, 1) if key == "t.default" else (_dim(node.args[1], rank), _dim(node.args[2], rank))
+        d0, d1 = (0, 1) if key == "t.default" else (_dim(args_of(node)[1], rank), _dim(args_of(node)[2], rank))
         res = list(index)
         if rank >= 2:
             res[d0], res[d1] = index[d1], index[d0]
@@ -271,17 +283,17 @@ def view_input_index(node: fx.Node, index: Index) -> Index | None:
                "_unsafe_view.default", "reshape.default"):
         return _non_unit_map(index, out_shape, in_shape)
     if key == "slice.Tensor":
-        dim = _dim(node.args[1] if len(node.args) > 1 else 0, rank)
-        start = node.args[2] if len(node.args) > 2 and node.args[2] is not None else 0
-        step = node.args[4] if len(node.args) > 4 else 1
+        dim = _dim(args_of(node)[1] if len(args_of(node)) > 1 else 0, rank)
+        start = args_of(node)[2] if len(args_of(node)) > 2 and args_of(node)[2] is not None else 0
+        step = args_of(node)[4] if len(args_of(node)) > 4 else 1
         start = max(0, min(start + in_shape[dim] if start < 0 else start, in_shape[dim]))
         res = list(index)
         i = index[dim]
         res[dim] = Idx(str(start), frozenset()) if i == ZERO else Idx(f"({i.code}*{step}+{start})", i.dims)
         return normalize(res, in_shape)
     if key == "select.int":
-        dim = _dim(node.args[1], rank)
-        pos = node.args[2] + in_shape[dim] if node.args[2] < 0 else node.args[2]
+        dim = _dim(args_of(node)[1], rank)
+        pos = args_of(node)[2] + in_shape[dim] if args_of(node)[2] < 0 else args_of(node)[2]
         return normalize(list(index[:dim]) + [Idx(str(pos))] + list(index[dim:]), in_shape)
     return None
 
@@ -316,19 +328,20 @@ class Domain:
 def rowwise_domain(node: fx.Node) -> Domain:
     """The domain a row-resident node computes over: its input's shape and the dims it reduces."""
     key = op_key(node)
-    shape = shape_of(node.args[0])
+    shape = shape_of(args_of(node)[0])
     rank = len(shape)
     if key == GROUP_NORM:  # [N, C, *spatial] seen as [N, G, C/G, *spatial], reducing all but N and G
-        groups = node.args[6]
+        groups = args_of(node)[6]
         return Domain((shape[0], groups, shape[1] // groups) + shape[2:], tuple(range(2, rank + 1)))
+    dims: Any
     if key in ("sum.default", "mean.default"):
         dims = list(range(rank))
     elif key in ("_softmax.default", "_log_softmax.default", "prod.dim_int", "cumsum.default"):
-        dims = [node.args[1]]
+        dims = [args_of(node)[1]]
     elif key == "native_layer_norm.default":
-        dims = list(range(rank - len(node.args[1]), rank))
+        dims = list(range(rank - len(args_of(node)[1]), rank))
     else:
-        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        dims = args_of(node)[1] if len(args_of(node)) > 1 else kwargs_of(node).get("dim")
         if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
             dims = list(range(rank))
         elif isinstance(dims, int):
@@ -340,9 +353,9 @@ def _keepdim(node: fx.Node) -> bool:
     key = op_key(node)
     if key in ("sum.dim_IntList", "mean.dim", "amax.default", "amin.default", "argmax.default", "prod.dim_int",
                "any.dim"):
-        return bool(node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False))
+        return bool(args_of(node)[2] if len(args_of(node)) > 2 else kwargs_of(node).get("keepdim", False))
     if key == "var.correction":
-        return bool(node.kwargs.get("keepdim", node.args[3] if len(node.args) > 3 else False))
+        return bool(kwargs_of(node).get("keepdim", args_of(node)[3] if len(args_of(node)) > 3 else False))
     return False
 
 
@@ -367,7 +380,7 @@ def group_norm_input_index(node: fx.Node, domain: Domain) -> Index:
     g, c = full[1], full[2]
     parts = ([f"({g.code})*{per_group}"] if g != ZERO else []) + ([f"({c.code})"] if c != ZERO else [])
     channel = Idx(" + ".join(parts), g.dims | c.dims) if parts else ZERO
-    return normalize((full[0], channel) + full[3:], shape_of(node.args[0]))
+    return normalize((full[0], channel) + full[3:], shape_of(args_of(node)[0]))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -384,26 +397,26 @@ def classify(node: fx.Node) -> str:
     if key in ROWWISE:
         if rowwise_domain(node).row_len > MAX_ROW:  # too long for one block: ATen reduces it
             return EXTERN
-        if not node.args[0].meta["val"].dtype.is_floating_point and key != "any.dim":  # integer sums and extrema: ATen
+        if not args_of(node)[0].meta["val"].dtype.is_floating_point and key != "any.dim":  # integer sums and extrema: ATen
             return EXTERN
         if not rowwise_domain(node).reduced:  # a reduction of a 0-d tensor: nothing to reduce
             return EXTERN
         return ROW
     if key in INDEX_VIEWS:
         return VIEW
-    if key == "_to_copy.default" and any(k in node.kwargs for k in ("device", "layout")):
+    if key == "_to_copy.default" and any(k in kwargs_of(node) for k in ("device", "layout")):
         return EXTERN
     if key in POOLS and pool_params(node)[4]:
         return EXTERN  # ceil_mode windows: ATen
     if key in (BATCH_NORM, "max_pool2d_with_indices.default") and any(
-        op_key(u) != "getitem" or u.args[1] != 0 for u in node.users
+        op_key(u) != "getitem" or args_of(u)[1] != 0 for u in node.users
     ):
         return EXTERN  # its saved statistics are wanted: ATen computes them
-    if key == "cat.default" and any(0 in shape_of(t) or len(shape_of(t)) != len(shape_of(node)) for t in node.args[0]):
+    if key == "cat.default" and any(0 in shape_of(t) or len(shape_of(t)) != len(shape_of(node)) for t in args_of(node)[0]):
         return EXTERN  # legacy empty inputs
     if key == "index.Tensor" and not (
-        isinstance(node.args[1][0], fx.Node) and all(i is None for i in node.args[1][1:])
-        and not node.args[1][0].meta["val"].dtype.is_floating_point and node.args[1][0].meta["val"].dtype != torch.bool
+        isinstance(args_of(node)[1][0], fx.Node) and all(i is None for i in args_of(node)[1][1:])
+        and not args_of(node)[1][0].meta["val"].dtype.is_floating_point and args_of(node)[1][0].meta["val"].dtype != torch.bool
     ):
         return EXTERN  # only x[i] with one integer index tensor on dim 0
     if key in FUSIBLE_POINTWISE:
@@ -417,14 +430,14 @@ def arg_requests(node: fx.Node, index: Index, domain: Domain) -> list[tuple[fx.N
     None when some input cannot be read at a cheap index (a real reshape)."""
     kind = classify(node)
     if kind == POINTWISE and op_key(node) in POOLS:
-        return [(node.args[0], None, tap) for tap, _ in pool_taps(node, index)]
+        return [(args_of(node)[0], None, tap) for tap, _ in pool_taps(node, index)]
     if kind == POINTWISE and op_key(node) in GATHERS:
         return gather_requests(node, index, _placeholder)
     if kind == POINTWISE and op_key(node) == "constant_pad_nd.default":
         res = list(index)
         for d, lo, size in pad_spans(node):
             res[d] = clamped(index[d], lo, size)
-        return [(node.args[0], None, normalize(res, shape_of(node.args[0])))]
+        return [(args_of(node)[0], None, normalize(res, shape_of(args_of(node)[0])))]
     if kind == POINTWISE and op_key(node) == "cat.default":
         dim, spans = cat_spans(node)
         return [(t, None, normalize(index[:dim] + (clamped(index[dim], off, size),) + index[dim + 1:], shape_of(t)))
@@ -432,27 +445,27 @@ def arg_requests(node: fx.Node, index: Index, domain: Domain) -> list[tuple[fx.N
     if kind == POINTWISE and op_key(node) == BATCH_NORM:  # per-channel statistics along dim 1
         channel = (index[1],) if len(index) > 1 else (ZERO,)
         return [(a, None, index if i == 0 else normalize(channel, shape_of(a)))
-                for i, a in enumerate(node.args[:5]) if isinstance(a, fx.Node)]
+                for i, a in enumerate(args_of(node)[:5]) if isinstance(a, fx.Node)]
     if kind == POINTWISE:
         out_shape = shape_of(node)
-        return [(a, None, _broadcast(index, out_shape, shape_of(a))) for a in node.args if isinstance(a, fx.Node)]
+        return [(a, None, _broadcast(index, out_shape, shape_of(a))) for a in args_of(node) if isinstance(a, fx.Node)]
     if kind == VIEW:
         src_index = view_input_index(node, index)
-        return None if src_index is None else [(node.args[0], None, src_index)]
+        return None if src_index is None else [(args_of(node)[0], None, src_index)]
     if kind == GETITEM:
-        return [(node.args[0], node.args[1], index)]
+        return [(args_of(node)[0], args_of(node)[1], index)]
     if kind == ROW:
         full = domain.full_index()
-        x = node.args[0]
+        x = args_of(node)[0]
         reqs: list[tuple[fx.Node, int | None, Index]] = [(x, None, full)]
         if op_key(node) == "native_layer_norm.default":
-            for a in node.args[2:4]:
+            for a in args_of(node)[2:4]:
                 if isinstance(a, fx.Node):
                     reqs.append((a, None, _broadcast(full, domain.shape, shape_of(a))))
         if op_key(node) == GROUP_NORM:
             x_index = group_norm_input_index(node, domain)
-            reqs = [(x, None, x_index)] + [(a, None, normalize(x_index[1:2], shape_of(a)))
-                                           for a in node.args[1:3] if isinstance(a, fx.Node)]
+            reqs = [(x, None, x_index)]
+            reqs += [(a, None, normalize(x_index[1:2], shape_of(a))) for a in args_of(node)[1:3] if isinstance(a, fx.Node)]
         return reqs
     return None
 
@@ -482,8 +495,8 @@ def _index_candidates(node: fx.Node, domain: Domain) -> list[Index]:
     """Indices that visit every element of ``node`` exactly once (broadcast dims are masked to 0)."""
     if classify(node) == ROW:
         return [row_index(node, 0, domain)]
-    if classify(node) == GETITEM and classify(node.args[0]) == ROW:
-        return [row_index(node.args[0], node.args[1], domain)]
+    if classify(node) == GETITEM and classify(args_of(node)[0]) == ROW:
+        return [row_index(args_of(node)[0], args_of(node)[1], domain)]
     shape = shape_of(node)
     out: list[Index] = []
     if domain.reduced:

@@ -9,14 +9,16 @@ run in Triton's CPU interpreter.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -83,7 +85,7 @@ class _Launch:
     With ``tune``, the first launch times every candidate block config (a few runs each; a kernel only
     writes its own outputs, so running it again is harmless) and keeps the fastest."""
 
-    def __init__(self, ks: codegen.KernelSource, fn: Callable[..., Any], tune: bool) -> None:
+    def __init__(self, ks: codegen.KernelSource, fn: Any, tune: bool) -> None:  # fn: a triton.JITFunction (fn[grid](...))
         self.ks, self.fn = ks, fn
         self.outs = [(tuple(int(s) for s in n.meta["val"].shape), _layout(n.meta["val"]), n.meta["val"].dtype)
                      for n in ks.outputs]
@@ -131,7 +133,7 @@ class _Launch:
 
 
 def _extern(node: fx.Node) -> Callable[[dict[fx.Node, Any]], None]:
-    target = node.target
+    target: Callable[..., Any] = node.target  # type: ignore[assignment]  # a call_function node's target is a callable
     if target in (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default):
         target = torch.ops.aten.reshape.default  # our buffers may be laid out unlike eager's
 
@@ -209,7 +211,7 @@ def compile_graph(ir: GraphIR, example_inputs: Sequence[Any], *, autotune: bool 
         sources.append(ks)
         launch = _Launch(ks, _load(ks), autotune)
         launches.append(launch)
-        steps.append((lambda env, launch=launch: launch(env, device), list(ks.inputs)))
+        steps.append((functools.partial(launch, device=device), list(ks.inputs)))
     compiled = CompiledTritonGraph(ir, steps, launches, device)
     compiled(*example_inputs)  # Triton compiles at first launch: let its errors come from compile()
     return compiled

@@ -4,30 +4,33 @@ This module is the cheap part: it says whether TVM is installed, in which versio
 it. The work (import through TVM's PyTorch frontend, build, on-disk cache, MetaSchedule tuning, the
 DLPack hot path) is in ``_tvm_impl.py``, imported by :meth:`TvmBackend.compile`.
 
-Options (``options={"tvm.<name>": value}``):
-
-- ``tune_seconds`` (float, 120): wall-clock budget for MetaSchedule tuning of one graph
-  (``mode="max-autotune"`` only).
-- ``tune_trials`` (int, 512): at most this many measured trials for one graph, over all its tasks.
-- ``tune_trials_per_task`` (int, 64): a task (one fused kernel) is tuned until the tuning database
-  holds this many trials for it; tasks already tuned that far (by any graph, any process) are reused.
-- ``trials_per_round`` (int, 16): trials measured between two looks at the clock.
-- ``target`` (dict): a TVM target in JSON-dict form (``{"kind": "llvm", "mcpu": "skylake"}``), in
-  place of the host's.
-- ``cache`` (bool, True): read and write built libraries under ``TORCHMUX_CACHE_DIR/tvm``.
+Options (``options={"tvm.<name>": value}``): :data:`OPTIONS` below, checked when ``compile()`` is
+called (``torchmux.compile(..., options={"tvm.tune_seconds": 30})``).
 """
 
 from __future__ import annotations
 
-import torch
-
 from pathlib import Path
+
+import torch
 
 from torchmux import extend
 from torchmux.extend import load_claims, module_present, package_version, version_tuple
 
 #: the oldest release whose API (tvm.compile, Relax VM, s_tir.meta_schedule, tvm-ffi DLPack) we use
 MIN_VERSION = (0, 21)
+
+OPTIONS: dict[str, extend.Option] = {
+    "tune_seconds": extend.Option(float, 120.0, "wall-clock budget for MetaSchedule tuning of one graph "
+                                  "(mode='max-autotune' only)"),
+    "tune_trials": extend.Option(int, 512, "at most this many measured trials for one graph, over all its tasks"),
+    "tune_trials_per_task": extend.Option(int, 64, "a task (one fused kernel) is tuned until the tuning database "
+                                          "holds this many trials for it; tasks tuned that far are reused"),
+    "trials_per_round": extend.Option(int, 16, "trials measured between two looks at the clock"),
+    "target": extend.Option((dict, type(None)), None, "a TVM target in JSON-dict form ({'kind': 'llvm', "
+                            "'mcpu': 'skylake'}) in place of the host's"),
+    "cache": extend.Option(bool, True, "read and write built libraries under TORCHMUX_CACHE_DIR/tvm"),
+}
 
 
 class TvmBackend(extend.Backend):
@@ -41,6 +44,8 @@ class TvmBackend(extend.Backend):
     dtypes = (torch.float32,)  # float16 not yet probed on the CPU; claimed only once its cases pass
     # what the conformance suite passed (`python -m torchmux.testing.probe tvm --write ...`)
     claims = load_claims(Path(__file__).with_name("claims.json"))
+    contract_version = extend.CONTRACT_VERSION
+    options_schema = OPTIONS
 
     def availability(self) -> extend.Availability:
         version = package_version(self.package)

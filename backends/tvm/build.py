@@ -39,27 +39,23 @@ import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import tvm
 from tvm import relax
 
 from torchmux import extend
-from torchmux.extend import artifact_dir, atomic_write
+from torchmux.extend import artifact_dir, atomic_write, fetch_artifact, publish_artifact
+
+from . import OPTIONS
 
 FORMAT = 2  # bump when the artifact layout or the import route changes: old artifacts are then ignored
 
-DEFAULTS: dict[str, Any] = {
-    "tune_seconds": 120.0,
-    "tune_trials": 512,
-    "tune_trials_per_task": 64,
-    "trials_per_round": 16,
-    "target": None,
-    "cache": True,
-}
+DEFAULTS: dict[str, Any] = {name: option.default for name, option in OPTIONS.items()}
 TUNING_OPTIONS = ("tune_seconds", "tune_trials", "tune_trials_per_task", "trials_per_round")
 _log = logging.getLogger("torchmux.tvm")
 
@@ -248,7 +244,8 @@ _EXTRA_CONVERTERS = {"amax.default": _reduction("max"), "amin.default": _reducti
 
 def _load(lib_dir: Path, key: str) -> Any | None:
     so, meta = lib_dir / f"{key}.so", lib_dir / f"{key}.json"
-    if not (so.exists() and meta.exists()):
+    # a shared library comes from the fleet only signed with its key (else it is rebuilt here)
+    if not (fetch_artifact(meta) and fetch_artifact(so, executable=True)):
         return None
     try:
         if json.loads(meta.read_text()).get("format") != FORMAT:
@@ -278,10 +275,12 @@ def _store(lib_dir: Path, key: str, executable: Any, ir: extend.GraphIR, info: B
             **{k: v for k, v in asdict(info).items() if k not in ("cache", "library")},
         }
         atomic_write(lib_dir / f"{key}.json", json.dumps(meta, indent=1))
+        publish_artifact(lib_dir / f"{key}.so", executable=True)
+        publish_artifact(lib_dir / f"{key}.json")
         return "miss"
     except Exception as e:  # no C compiler, read-only disk...: run from memory, say why once
         with contextlib.suppress(Exception):
-            os.unlink(tmp)  # type: ignore[possibly-undefined]
+            os.unlink(tmp)
         _log.warning("tvm: could not cache the library for %s under %s (%s: %s); it works from memory",
                      ir.name, lib_dir, type(e).__name__, e)
         return "unwritable"

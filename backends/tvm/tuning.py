@@ -20,14 +20,15 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 import torch
 import tvm
 from tvm import relax
 
-from torchmux.extend import atomic_write, module_present
+from torchmux.extend import atomic_write, fetch_artifact, module_present, publish_artifact
 
 from .build import FORMAT, cache_root, host_cores
 
@@ -240,6 +241,7 @@ class RecordStore:
         self.path = directory / "records.json"
         self.data: dict[str, Any] = {"format": FORMAT, "tvm": tvm.__version__, "workloads": {}}
         with contextlib.suppress(FileNotFoundError, ValueError):
+            fetch_artifact(self.path)  # the local records, else the fleet's
             loaded = json.loads(self.path.read_text())
             if loaded.get("format") == FORMAT and loaded.get("tvm") == tvm.__version__:
                 self.data = loaded
@@ -285,6 +287,7 @@ class RecordStore:
 
     def save(self) -> None:
         atomic_write(self.path, json.dumps(self.data))
+        publish_artifact(self.path)
 
 
 def _plain(obj: Any) -> Any:
@@ -323,8 +326,8 @@ def _fast_frame_introspection() -> Iterator[None]:
     def stack(context: int = 1) -> list:
         return outer(sys._getframe(1), context)
 
-    inspect.stack, inspect.getouterframes = stack, outer  # type: ignore[assignment]
+    inspect.stack, inspect.getouterframes = stack, outer
     try:
         yield
     finally:
-        inspect.stack, inspect.getouterframes = orig_stack, orig_outer  # type: ignore[assignment]
+        inspect.stack, inspect.getouterframes = orig_stack, orig_outer

@@ -13,9 +13,11 @@ five runs of ``--calls`` calls, in microseconds per call; one thread.
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -62,7 +64,7 @@ def main() -> None:
     with torch.no_grad():
         for fn in systems.values():
             fn(x)  # compile
-        figures = {name: per_call_us(lambda fn=fn: fn(x), a.calls) for name, fn in systems.items()}
+        figures = {name: per_call_us(functools.partial(fn, x), a.calls) for name, fn in systems.items()}
     base = figures["torch.compile"]
     print(f"{'system':30s} {'us/call':>8s} {'vs torch.compile':>17s}")
     for name, us in figures.items():

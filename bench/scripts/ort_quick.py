@@ -16,7 +16,8 @@ import argparse
 import statistics
 import time
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -70,7 +71,7 @@ def hot_path(rounds: int, threads: int) -> None:
     ir = trace(lambda x: torch.relu(x) + 1, [x])
     graph = get_registry().get("onnxruntime").compile(
         torchmux.CompileRequest(ir, [x], options={"intra_op_num_threads": threads}))
-    session = graph.session
+    session = graph.session  # type: ignore[attr-defined]  # the ONNX Runtime backend's compiled graph keeps its session
     name_in, name_out = session.get_inputs()[0].name, session.get_outputs()[0].name
 
     def numpy_round_trip() -> torch.Tensor:

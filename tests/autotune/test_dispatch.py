@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import math
 
-import pytest
 import torch
 
 import torchmux
-from torchmux.autotune.runner import GraphRunner
 from torchmux.autotune.placement import build_placement
+from torchmux.autotune.runner import GraphRunner
 from torchmux.autotune.tuner import choose, measure
 from torchmux.core.config import resolve
 from torchmux.core.ir import GraphIR

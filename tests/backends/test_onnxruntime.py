@@ -8,7 +8,6 @@ models against eager, and falling back to eager when a compile really fails.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -31,8 +30,8 @@ if not get_registry().availability("onnxruntime").ok:
 
 import onnxruntime as ort  # noqa: E402
 
-from torchmux.backends.onnxruntime.session import OrtGraph  # noqa: E402
 from torchmux.backends.onnxruntime import CPU, CUDA, usable_providers  # noqa: E402
+from torchmux.backends.onnxruntime.session import OrtGraph  # noqa: E402
 
 PY = sys.executable
 ROOT = Path(__file__).resolve().parents[2]

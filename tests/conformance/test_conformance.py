@@ -21,7 +21,7 @@ FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 SAMPLED = {"inductor"}  # backends that run one case per family
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _ir(op: str, dtype: torch.dtype, device: str):
     case = CASES_BY_OP[op]
     inputs = [t.to(device) for t in case.inputs(dtype)]

@@ -19,17 +19,22 @@ import copy
 import io
 import logging
 import os
+import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
-from torchmux.frontends import mend as mend_module
 from torchmux.api.explain import compile_recorded, report
+from torchmux.frontends import mend as mend_module
+from torchmux.frontends.mend import switches as switches_module
+
 
 MODES = ("torchmux", "torchmux-nomend", "rewrites-only", "switches-only", "dynamo")
-CORPUS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs.py")
+HERE = os.path.dirname(os.path.abspath(__file__))
+CORPUS_FILES = {os.path.join(HERE, "programs.py"), os.path.join(HERE, "research.py")}  # their warnings are compared
 
 
 @dataclass
@@ -37,11 +42,12 @@ class Result:
     name: str
     mode: str
     graphs: int
-    breaks: int
+    breaks: int  # distinct break sites, plus the frames Dynamo skipped whole
     correct: bool
     why: str = ""  # what differed, when not correct
     rewrites: tuple[str, ...] = ()
     unnormalized: tuple[str, ...] = ()  # graphs torchmux could not normalize to its IR (they ran as captured)
+    capture_s: float = 0.0  # the first compiled call: mending (if any), tracing and compiling, and running once
 
     @property
     def full_graph(self) -> bool:
@@ -79,7 +85,7 @@ def _observe() -> Iterator[list[str]]:
     lines.append(out.getvalue())
     lines.append(stream.getvalue())
     lines += [f"WARN {w.category.__name__} {os.path.basename(w.filename)}:{w.lineno} {w.message}"
-              for w in caught if os.path.abspath(w.filename) == CORPUS_FILE]
+              for w in caught if os.path.abspath(w.filename) in CORPUS_FILES]
 
 
 def observe(fn: Any, args: tuple[Any, ...], seed: int = 0) -> Seen:
@@ -123,12 +129,12 @@ def _tensors(out: Any) -> list[torch.Tensor]:
 def _half(mode: str) -> Iterator[None]:
     """Turn off one half of the mend pass (measurement only)."""
     if mode == "rewrites-only":
-        saved = mend_module.switches
-        mend_module.switches = contextlib.nullcontext  # type: ignore[assignment]
+        saved = switches_module.switches
+        switches_module.switches = contextlib.nullcontext  # type: ignore[assignment]
         try:
             yield
         finally:
-            mend_module.switches = saved
+            switches_module.switches = saved
     elif mode == "switches-only":
         saved_mend = mend_module.mend
         mend_module.mend = lambda model: (model, [])  # type: ignore[assignment]
@@ -140,21 +146,35 @@ def _half(mode: str) -> Iterator[None]:
         yield
 
 
-def run_model(model: Any, args: tuple[Any, ...], mode: str = "torchmux", backend: str = "eager") -> tuple[Seen, Any]:
-    """Capture ``model`` once in ``mode``; return what the captured run showed and its report (or explain output)."""
+def _frames_skipped() -> int:
+    from torch._dynamo.utils import counters
+
+    return counters["frames"]["total"] - counters["frames"]["ok"]
+
+
+def run_model(model: Any, args: tuple[Any, ...], mode: str = "torchmux",
+              backend: str = "eager") -> tuple[Seen, Any, int, float]:
+    """Capture ``model`` once in ``mode``; return what the captured run showed, its report (or explain
+    output), how many frames Dynamo skipped whole, and the seconds the first compiled call took."""
     torch._dynamo.reset()
     try:
         if mode == "dynamo":
             with _observe():  # this run is only counted; its text is not compared
                 explained = torch._dynamo.explain(model)(*copy.deepcopy(args))
             torch._dynamo.reset()
+            skipped = _frames_skipped()
+            start = time.perf_counter()
             seen = observe(torch.compile(model, backend="eager"), args)
-            return seen, explained
+            seconds = time.perf_counter() - start
+            return seen, explained, _frames_skipped() - skipped, seconds
         use_mend = mode != "torchmux-nomend"
+        start = time.perf_counter()
         with _half(mode), mend_module.mended(model, use_mend) as (target, _):
             compiled, recorder = compile_recorded(target, backend, use_mend)
             seen = observe(compiled, args)
-        return seen, report(recorder)
+        seconds = time.perf_counter() - start
+        rep = report(recorder)
+        return seen, rep, sum("frame skipped" in r.reason for r in rep.not_captured), seconds
     finally:
         torch._dynamo.reset()
 
@@ -166,7 +186,7 @@ def run(program: Any, mode: str = "torchmux") -> Result:
     reference = observe(model, copy.deepcopy(args))
     if isinstance(model, torch.nn.Module) and hasattr(model, "calls"):
         model.calls = 0  # AttributeMutation counts its calls: start the captured run from the same state
-    seen, rep = run_model(model, copy.deepcopy(args), mode)
+    seen, rep, skipped, seconds = run_model(model, copy.deepcopy(args), mode)
     why = same(reference, seen)
     if mode == "dynamo":
         graphs, breaks, rewrites = rep.graph_count, len({repr(r.user_stack[-1]) if r.user_stack else r.reason
@@ -174,4 +194,23 @@ def run(program: Any, mode: str = "torchmux") -> Result:
     else:
         graphs, breaks, rewrites = rep.graph_count, rep.graph_break_count, tuple(rep.rewrites)
     errors = tuple(g.error for g in getattr(rep, "graphs", []) if getattr(g, "error", None))
-    return Result(program.name, mode, graphs, breaks, not why, why, rewrites, errors)
+    return Result(program.name, mode, graphs, breaks + skipped, not why, why, rewrites, errors, seconds)
+
+
+def capture_seconds(program: Any, use_mend: bool) -> float:
+    """Seconds of the first call of ``program`` under ``torch.compile(backend="eager")``: Dynamo's capture
+    alone, or with the mend pass before it (rewrites and switches), the same way torchmux runs it.
+    torchmux's own graph normalization is left out: this measures the capture frontend only."""
+    model, args = program.build()
+    if isinstance(model, torch.nn.Module):
+        model.eval()
+    torch._dynamo.reset()
+    try:
+        start = time.perf_counter()
+        with mend_module.mended(model, use_mend) as (target, _):
+            compiled = torch.compile(target, backend="eager")
+            observe(mend_module.scoped(compiled) if use_mend else compiled, args)
+            return time.perf_counter() - start
+    finally:
+        torch._dynamo.reset()
+

@@ -13,11 +13,12 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from harness import run  # noqa: E402
-from programs import PROGRAMS  # noqa: E402
+from catalog import ALL as PROGRAMS  # noqa: E402
 
 
 def test_corpus_is_large_enough() -> None:
-    assert len(PROGRAMS) >= 30
+    assert len(PROGRAMS) >= 150
+    assert all(p.category for p in PROGRAMS)
     assert len({p.name for p in PROGRAMS}) == len(PROGRAMS)
 
 
@@ -28,6 +29,11 @@ def test_program(program) -> None:
     assert (r.graphs, r.breaks) == (program.graphs, program.breaks), (
         f"{program.name}: expected {program.graphs} graph(s) and {program.breaks} break(s) after mending, "
         f"got {r.graphs} and {r.breaks}; rewrites: {r.rewrites}"
+    )
+    plain = run(program, "dynamo")  # never worse than Dynamo alone
+    assert r.breaks <= plain.breaks and (r.graphs <= plain.graphs or r.breaks < plain.breaks or plain.graphs == 0), (
+        f"{program.name}: torchmux gave {r.graphs} graph(s) and {r.breaks} break(s), Dynamo alone "
+        f"{plain.graphs} and {plain.breaks}"
     )
 
 

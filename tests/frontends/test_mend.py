@@ -19,6 +19,7 @@ from contextlib import redirect_stdout
 import pytest
 import torch
 import torch.nn as nn
+from torch.autograd import Variable
 
 import torchmux
 from torchmux.frontends.mend import mend, source_of
@@ -263,7 +264,7 @@ def test_edited_source_file_means_no_change(tmp_path, monkeypatch) -> None:
 
 def test_torch_cond_refusal_falls_back_to_python(monkeypatch) -> None:
     """Branches torch.cond cannot join (float32 vs float64): the if runs in Python, same answer."""
-    from torchmux.frontends import _mend_runtime
+    from torchmux.frontends.mend import runtime as _mend_runtime
 
     monkeypatch.setattr(_mend_runtime, "COND", True)  # the fallback turns it off for the process
 
@@ -418,6 +419,32 @@ def test_while_on_a_tensor_test_is_one_graph_for_any_trip_count() -> None:
         x = torch.linspace(-1, 1, 8) * scale
         for got, want in zip(fast(x), halve_until_small(x)):
             torch.testing.assert_close(got, want)
+
+
+def repeat_by_data(x):
+    n = int(x.abs().sum().item()) % 4
+    for _ in range(n):
+        x = x * 0.5 + 1
+    return x
+
+
+def test_range_of_tensor_data_is_one_graph_for_every_count() -> None:
+    report = explain(repeat_by_data, torch.ones(4))
+    assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
+    assert any("range(<tensor data>) -> torch.while_loop" in r for r in report.rewrites), report.rewrites
+    fast = compiled(repeat_by_data)
+    for total in (4.0, 5.0, 6.0, 7.0):  # n = 0, 1, 2, 3
+        x = torch.full((4,), total / 4)
+        torch.testing.assert_close(fast(x), repeat_by_data(x))
+
+
+def test_range_of_a_python_count_is_left_to_dynamo() -> None:
+    def f(x, k: int):
+        for _ in range(k):
+            x = x + 1
+        return x
+
+    assert not any("while_loop" in r for r in explain(f, torch.ones(2), 3).rewrites)
 
 
 def test_while_loops_that_cannot_be_graphs_run_as_python() -> None:
@@ -612,3 +639,133 @@ def test_breaks_after_breaks_keep_their_lines() -> None:
         report = explain(g, torch.full((4,), 3.0))
     assert {r.lineno - first for r in report.break_reasons} == {1, 7}, [str(r) for r in report.break_reasons]
     assert all(r.line.strip() for r in report.break_reasons)
+
+
+# --- tensor tests inside expressions, and/or, legacy Variable -----------------------------------------
+
+
+def halve_or_double(x):
+    y = x * 2 if x.sum() > 0 else x / 2
+    return y + 1
+
+
+def gated_by_optional_mask(x, mask=None):
+    if mask is not None and mask.sum() > 2:  # `mask.sum()` must not run when mask is None
+        x = x * 0
+    return x + 1
+
+
+def either_bound(x):
+    if x.max() > 3 or x.min() < -3:
+        x = x.clamp(-3, 3)
+    return x
+
+
+def per_row(x):
+    return torch.stack([r * 2 if r.sum() > 0 else -r for r in x])
+
+
+@pytest.mark.parametrize("fn", [halve_or_double, either_bound, per_row], ids=lambda f: f.__name__)
+def test_tensor_tests_inside_expressions_are_one_graph(fn) -> None:
+    report = explain(fn, torch.randn(3, 4))
+    assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
+    fast = compiled(fn)
+    for x in (torch.full((3, 4), 2.0), torch.full((3, 4), -2.0), torch.randn(3, 4) * 5, torch.randn(3, 4)):
+        torch.testing.assert_close(fast(x), fn(x))
+
+
+def test_and_keeps_pythons_short_circuit_on_none() -> None:
+    report = explain(gated_by_optional_mask, torch.ones(4), torch.ones(4))
+    assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
+    fast = compiled(gated_by_optional_mask)
+    torch.testing.assert_close(fast(torch.ones(4)), torch.full((4,), 2.0))  # mask None: the tensor test never runs
+    torch.testing.assert_close(fast(torch.ones(4), torch.ones(4)), torch.ones(4))
+    torch.testing.assert_close(fast(torch.ones(4), torch.zeros(4)), torch.full((4,), 2.0))
+
+
+def test_a_conditional_expression_with_side_effects_is_left_alone() -> None:
+    def f(x, seen):
+        y = seen.append(1) if x.sum() > 0 else x  # noqa: F841 - appending must not happen speculatively
+        return x
+
+    assert not any("conditional expression" in r for r in mend(f)[1].applied)
+
+
+def test_legacy_variable_stays_in_the_graph() -> None:
+    def f(x):
+        h = Variable(torch.zeros(x.shape[0], 4), requires_grad=False)
+        return x + Variable(h)
+
+    report = explain(f, torch.ones(2, 4))
+    assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
+    assert sum("Variable(t) -> t.detach()" in r for r in report.rewrites) == 2
+    x = torch.randn(2, 4, requires_grad=True)
+    got = compiled(f)(x)
+    torch.testing.assert_close(got, f(x))
+    assert got.requires_grad  # x's gradient still flows; only the wrapped zeros are detached
+
+
+def test_variable_that_needs_grad_is_left_as_written() -> None:
+    def f(x):
+        return Variable(x, requires_grad=True)
+
+    assert mend(f)[1].applied == []
+
+
+class StopEarly(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Sequential(nn.Linear(8, 8), nn.Tanh()) for _ in range(4)])
+
+    def forward(self, x, limit):
+        for layer in self.layers:
+            x = layer(x) * 3
+            if x.abs().sum() > limit:
+                break
+        return x
+
+
+def test_for_over_layers_with_a_tensor_break_is_one_graph_with_eagers_values_and_gradients() -> None:
+    torch.manual_seed(0)
+    model = StopEarly()
+    report = explain(model, torch.randn(2, 8), torch.tensor(1e9))
+    assert (report.graph_count, report.graph_break_count, report.not_captured) == (1, 0, []), str(report)
+    fast = compiled(model)
+    x = torch.randn(2, 8)
+    for limit in (0.0, 20.0, 35.0, 1e9):  # stops after the first layer, later, or never
+        want = model(x, torch.tensor(limit))
+        got = fast(x, torch.tensor(limit))
+        torch.testing.assert_close(got, want)
+        g_want = torch.autograd.grad(want.sum(), list(model.parameters()), allow_unused=True)
+        g_got = torch.autograd.grad(got.sum(), list(model.parameters()), allow_unused=True)
+        for a, b, w in zip(g_got, g_want, model.parameters()):
+            # layers after the break get zero gradients where eager leaves None (as torch.cond's branch not taken)
+            torch.testing.assert_close(a, b if b is not None else torch.zeros_like(w))
+
+
+def test_for_with_a_break_over_impure_layers_is_left_to_python() -> None:
+    model = StopEarly().train()
+    model.layers[1].append(nn.Dropout(0.5))  # would draw numbers after the loop stopped
+    fast = compiled(model)
+    x = torch.randn(2, 8)
+    torch.manual_seed(1)
+    want = model(x, torch.tensor(0.0))
+    torch.manual_seed(1)
+    torch.testing.assert_close(fast(x, torch.tensor(0.0)), want)
+
+
+def bounded_halving(x):
+    i = 0
+    while x.norm() > 1 and i < 10:  # a tensor test and a Python counter
+        x = x / 2
+        i += 1
+    return x
+
+
+def test_while_with_a_counter_nobody_reads_after_is_one_graph() -> None:
+    report = explain(bounded_halving, torch.randn(4, 16) * 4)
+    assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
+    fast = compiled(bounded_halving)
+    for scale in (0.01, 4.0, 1e6):  # 0 iterations, some, and stopped by the counter
+        x = torch.randn(4, 16) * scale
+        torch.testing.assert_close(fast(x), bounded_halving(x))

@@ -5,7 +5,7 @@
   modules and classes so that no user property runs.
 - :func:`purity`: whether evaluating an expression can have an effect besides its value. Calls are
   pure when they are torch functions or Tensor methods that change nothing in place; ``self.<m>(...)``
-  calls are recorded and checked at run time (``_mend_runtime.pure_module``). Two further flags say
+  calls are recorded and checked at run time (``runtime.pure_module``). Two further flags say
   when an expression must not run speculatively (both branches of an if): it draws random numbers
   (``random``) or can raise on some data (``may_fail``: indexing, gather, linalg).
 """
@@ -15,15 +15,17 @@ from __future__ import annotations
 import ast
 import builtins
 import copy
+import sys
 import types
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from . import _mend_runtime as rt
+from . import runtime as rt
 
 RT = "_mend_rt"  # the free variable through which mended code reaches the runtime helpers
+TYPE_PARAMS: dict[str, Any] = {"type_params": []} if sys.version_info >= (3, 12) else {}  # for new FunctionDefs
 
 #: functions that draw random numbers (by name, under torch, torch.nn.functional, Tensor)
 RANDOM = {
@@ -61,6 +63,7 @@ class Context:
     locals: set[str] = field(default_factory=set)  # names bound anywhere in the function
     notes: list[int] = field(default_factory=list)  # keys of _mend_rt.NOTES
     counter: int = 0
+    module_names: set[str] = field(default_factory=set)  # local names a rule vouches are modules it checks
 
     def fresh(self, stem: str) -> str:
         self.counter += 1
@@ -150,6 +153,10 @@ def purity(node: ast.AST, ctx: Context, p: Purity | None = None) -> Purity:
         return p
     if isinstance(node, (ast.Constant, ast.Name)):
         return p
+    if isinstance(node, ast.Call) and rt_name(node) in LAZY_RT:  # our own thunks: their bodies are what runs
+        for x in node.args:
+            purity(x.body if isinstance(x, ast.Lambda) else x, ctx, p)
+        return p
     if isinstance(node, (ast.Lambda, ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom, ast.Starred,
                          ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
         return p.fail()
@@ -169,7 +176,17 @@ def purity(node: ast.AST, ctx: Context, p: Purity | None = None) -> Purity:
 
 
 #: runtime helpers the rewrites put into expressions that are then analysed like user code
-PURE_RT = {"exact", "not_"}
+PURE_RT = {"exact", "not_", "variable"}
+#: runtime helpers that take thunks (``lambda: <user expression>``): the thunks' bodies are analysed
+LAZY_RT = {"all_", "any_", "choose"}
+
+
+def rt_name(node: ast.Call) -> str | None:
+    """``"f"`` for a call ``_mend_rt.f(...)`` that a rewrite emitted, else None."""
+    f = node.func
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == RT:
+        return f.attr
+    return None
 
 
 def _call_purity(node: ast.Call, ctx: Context, p: Purity) -> Purity:
@@ -186,6 +203,9 @@ def _call_purity(node: ast.Call, ctx: Context, p: Purity) -> Purity:
             return p.fail()
         p.random |= name in RANDOM
         p.may_fail |= name in MAY_FAIL
+        return p
+    if isinstance(f, ast.Name) and f.id in ctx.module_names:  # a loop over layers calling each: checked at run time
+        p.modules.append(f)
         return p
     if not isinstance(f, ast.Attribute):
         return p.fail()
@@ -219,7 +239,9 @@ def maybe_tensor_test(test: ast.expr, ctx: Context) -> bool:
     """False for tests that are plainly Python values (shapes, None checks, flags): they are left alone."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         test = test.operand
-    if isinstance(test, (ast.Name, ast.Attribute, ast.Constant, ast.BoolOp)):
+    if isinstance(test, ast.BoolOp):
+        return boolop_ok(test, ctx)
+    if isinstance(test, (ast.Name, ast.Attribute, ast.Constant)):
         return False
     for n in ast.walk(test):
         if isinstance(n, ast.Attribute) and n.attr in ("shape", "ndim", "training", "dtype", "device", "is_cuda"):
@@ -232,6 +254,19 @@ def maybe_tensor_test(test: ast.expr, ctx: Context) -> bool:
         if isinstance(n, ast.Compare) and any(isinstance(o, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for o in n.ops):
             return False
     return any(isinstance(n, (ast.Call, ast.Compare, ast.Subscript)) for n in ast.walk(test))
+
+
+def boolop_ok(test: ast.BoolOp, ctx: Context) -> bool:
+    """Whether ``a and b`` / ``a or b`` in a test can be a tensor test (``runtime.all_`` / ``any_``): some
+    operand is a tensor test, and every operand after the first such one may run although Python would
+    have stopped before it (side-effect free, draws no random numbers, cannot raise on some data)."""
+    first = next((i for i, v in enumerate(test.values) if maybe_tensor_test(v, ctx)), None)
+    if first is None:
+        return False
+    later = Purity()
+    for v in test.values[first + 1:]:
+        purity(exact_items(v), ctx, later)
+    return later.ok and not (later.random or later.may_fail or later.modules)
 
 
 def exact_items(test: ast.expr) -> ast.expr:
@@ -253,6 +288,9 @@ def exact_items(test: ast.expr) -> ast.expr:
         return e
 
     test = copy.deepcopy(test)
+    if isinstance(test, ast.BoolOp):  # `a and b`: each operand a thunk, so Python's short circuit still holds
+        thunks = [ast.Lambda(ast.arguments([], [], None, [], [], None, []), exact_items(v)) for v in test.values]
+        return ast.copy_location(rt_call("all_" if isinstance(test.op, ast.And) else "any_", *thunks), test)
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):  # `not t` would ask Python for bool(t)
         return ast.copy_location(rt_call("not_", exact_items(test.operand)), test)
     if isinstance(test, ast.Compare):
@@ -263,5 +301,16 @@ def exact_items(test: ast.expr) -> ast.expr:
 def guard_test(p: str, pure: Purity) -> ast.expr:
     tests: list[ast.expr] = [rt_call("pred", name_node(p))] + [rt_call("pure_module", copy.deepcopy(m)) for m in pure.modules]
     return tests[0] if len(tests) == 1 else ast.BoolOp(ast.And(), tests)
+
+
+def fired_stmt(note: int, at: ast.AST) -> ast.stmt:
+    return located(ast.Expr(rt_call("fired", ast.Constant(note))), at)
+
+
+
+def plain_target(t: ast.expr) -> bool:
+    if isinstance(t, ast.Name):
+        return True
+    return isinstance(t, (ast.Tuple, ast.List)) and all(isinstance(e, ast.Name) for e in t.elts)
 
 

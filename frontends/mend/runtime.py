@@ -1,4 +1,4 @@
-"""What mended code calls at run time (the rewrites in :mod:`torchmux.frontends.rewrites` emit calls to these).
+"""What mended code calls at run time (the rule modules emit calls to these, through ``_mend_rt``).
 
 Everything here is plain Python that Dynamo inlines; each test below is decided while Dynamo traces
 (types, shapes, dtypes, grad mode, module types), so it costs nothing in the graph.
@@ -197,10 +197,13 @@ _PURE_IN_EVAL = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaD
 
 
 def pure_module(m: Any) -> bool:
-    """True if calling ``m`` has no side effect (a built-in torch.nn module of a known kind)."""
+    """True if calling ``m`` has no side effect (a built-in torch.nn module of a known kind, or a
+    Sequential of such)."""
     kind = type(m)
     if kind in _PURE_MODULES:
         return True
+    if kind is nn.Sequential:
+        return _all_pure(m)
     return kind in _PURE_IN_EVAL and not m.training
 
 
@@ -298,22 +301,164 @@ def cond(p: torch.Tensor, true_fn: Callable[[], Any], false_fn: Callable[[], Any
     return true_fn() if p else false_fn()
 
 
+def loopable(carried: tuple[Any, ...], read_after: tuple[bool, ...], n: Any = 0) -> bool:
+    """Whether a loop rewritten by ``loops`` can be ``torch.while_loop`` now: Dynamo traces, ``n`` (a trip
+    count) is an integer, and every carried value is a tensor that needs no gradient, or a Python int
+    nobody reads after the loop (a counter: carried as an int64 tensor; an int read after the loop
+    would leave the graph as an unbacked symbolic int, for which Dynamo returned a wrong constant).
+    When not, the mended code runs the user's loop as written (so no break is added)."""
+    if not (COND and _WHILE_LOOP is not None and torch.compiler.is_compiling() and isinstance(n, int)):
+        return False
+    for c, r in zip(carried, read_after):
+        if not ((type(c) is int and not r) or (isinstance(c, torch.Tensor) and not (torch.is_grad_enabled() and c.requires_grad))):
+            return False
+    return True
+
+
+_WHILE_LOOP = getattr(getattr(torch, "_higher_order_ops", None), "while_loop", None)
+
+
 def loop(note: int, test_fn: Callable[..., Any], body_fn: Callable[..., tuple[Any, ...]],
          carried: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A ``while`` on a tensor test: ``torch.while_loop`` when Dynamo traces and every carried value is a
-    tensor that needs no gradient (the loop stays in the graph); the same loop in Python otherwise."""
-    while_loop = getattr(torch, "_higher_order_ops", None) and getattr(torch._higher_order_ops, "while_loop", None)
-    if (COND and while_loop is not None and torch.compiler.is_compiling()
-            and all(isinstance(c, torch.Tensor) and not (torch.is_grad_enabled() and c.requires_grad) for c in carried)):
-        comptime(lambda ctx: _count_cond())
-        fired(note)
-        return tuple(while_loop(lambda *c: as_bool(test_fn(*c)), lambda *c: fresh(body_fn(*c)), tuple(carried)))
-    while test_fn(*carried):
-        carried = body_fn(*carried)
-    return tuple(carried)
+    """A ``while`` on a tensor test as ``torch.while_loop`` (where :func:`loopable` said so)."""
+    comptime(lambda ctx: _count_cond())
+    fired(note)
+    lifted = tuple(torch.tensor(c, dtype=torch.int64) if type(c) is int else c for c in carried)
+    return tuple(_WHILE_LOOP(lambda *c: as_bool(test_fn(*c)), lambda *c: fresh(body_fn(*c)), lifted))
+
+
+def repeat(note: int, n: int, body_fn: Callable[..., tuple[Any, ...]], carried: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``for _ in range(n)`` with ``n`` from tensor data as ``torch.while_loop`` with a counter (where
+    :func:`loopable` said so)."""
+    comptime(lambda ctx: _count_cond())
+    fired(note)
+    stop = torch.scalar_tensor(n, dtype=torch.int64)
+    start = torch.zeros((), dtype=torch.int64)
+    out = _WHILE_LOOP(lambda i, *c: i < stop, lambda i, *c: (i + 1, *fresh(body_fn(*c))), (start, *carried))
+    return tuple(out[1:])
 
 
 def fresh(outs: tuple[Any, ...]) -> tuple[Any, ...]:
     """Copies of a branch's outputs: torch.cond refuses a branch output that aliases its input."""
     return tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in outs)
 
+
+
+# --- tensor tests inside expressions (``expressions``, ``analysis.exact_items``) ----------------------
+
+
+def all_(*operands: Callable[[], Any]) -> Any:
+    """``a and b and ...`` as a test. Python's short circuit while the operands are Python values; once
+    one is a one-element tensor, the later ones run too (the rewrite checked they may) and the answer
+    is a 0-d bool tensor. A later tensor of more elements makes Python decide first, as it would."""
+    acc = None  # the tensor part of the answer so far
+    for thunk in operands:
+        v = thunk()
+        if pred(v):
+            acc = as_bool(v) if acc is None else acc & as_bool(v)
+        elif acc is not None and isinstance(v, torch.Tensor):
+            if not acc:
+                return False
+            acc = None
+            if not v:
+                return False
+        elif acc is not None:
+            acc = acc & bool(v)
+        elif not v:
+            return False
+    return True if acc is None else acc
+
+
+def any_(*operands: Callable[[], Any]) -> Any:
+    """``a or b or ...`` as a test; see :func:`all_`."""
+    acc = None
+    for thunk in operands:
+        v = thunk()
+        if pred(v):
+            acc = as_bool(v) if acc is None else acc | as_bool(v)
+        elif acc is not None and isinstance(v, torch.Tensor):
+            if acc:
+                return True
+            acc = None
+            if v:
+                return True
+        elif acc is not None:
+            acc = acc | bool(v)
+        elif v:
+            return True
+    return False if acc is None else acc
+
+
+def choose(note: int, p: Any, a: Callable[[], Any], b: Callable[[], Any]) -> Any:
+    """``a if p else b`` with ``p`` a tensor test: both sides run and ``torch.where`` picks (they merge),
+    or ``torch.cond`` (they need gradients); otherwise Python's conditional expression."""
+    if not pred(p):
+        return a() if p else b()
+    x, y = a(), b()
+    if mergeable(p, x, y):
+        fired(note)
+        return merge(p, x, y)
+    if COND and torch.compiler.is_compiling() and cond_ok(p, (x,), (y,)):
+        fired(note)
+        return cond(p, lambda: (x,), lambda: (y,))[0]
+    return x if p else y
+
+
+# --- legacy autograd (``legacy``) --------------------------------------------------------------------
+
+
+def variable(note: int, data: Any) -> Any:
+    """``Variable(t)`` / ``Variable(t, requires_grad=False)``: ``t.detach()`` when Dynamo traces (what the
+    legacy constructor gives: a tensor sharing ``t``'s data, needing no gradient); the constructor itself
+    otherwise."""
+    if isinstance(data, torch.Tensor) and torch.compiler.is_compiling():
+        fired(note)
+        return data.detach()
+    return torch.autograd.Variable(data)
+
+
+# --- a for loop with ``if <tensor>: break`` (``loops.break_convert``) ----------------------------------
+
+
+def maskable(iterable: Any, calls_items: bool, *modules: Any) -> bool:
+    """Whether the loop may keep running after its break test was true (values frozen): every module its
+    body calls is side-effect free, the items of ``iterable`` too when the body calls them."""
+    if not _all_pure(modules):
+        return False
+    if not calls_items:
+        return True
+    return isinstance(iterable, (nn.ModuleList, nn.Sequential, list, tuple)) and _all_pure(iterable)
+
+
+def _all_pure(modules: Any) -> bool:
+    # a loop, not all(<generator>): where Dynamo skipped the caller, it would try (and fail) to trace a generator
+    for m in modules:
+        if not pure_module(m):
+            return False
+    return True
+
+
+def until(note: int, masked_ok: bool, state: Any, old: tuple[Any, ...], new: tuple[Any, ...], test: Any) -> tuple[Any, Any]:
+    """One iteration of a masked loop: the carried values and the new state. State is None before the first
+    iteration, ``(stopped,)`` (a 0-d bool tensor) while masking, else the test itself (Python decides)."""
+    if masked_ok and pred(test):
+        if state is None and _selectable(test, old, new):
+            fired(note)
+            return new, (as_bool(test),)
+        if isinstance(state, tuple) and _selectable(state[0], old, new):
+            fired(note)
+            kept = merge(state[0], old, new) if mergeable(state[0], old, new) else cond(state[0], lambda: old, lambda: new)
+            return tuple(kept), (state[0] | as_bool(test),)
+    if isinstance(state, tuple) and state[0]:  # masking cannot go on: Python decides whether it had stopped
+        return old, True
+    return new, test
+
+
+def _selectable(p: Any, a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """``torch.where`` can pick between ``a`` and ``b``, or ``torch.cond`` can (values needing gradients)."""
+    return mergeable(p, a, b) or (COND and torch.compiler.is_compiling() and cond_ok(p, a, b))
+
+
+def stopped(state: Any) -> bool:
+    """Whether to ``break`` now: never while masking, else the test, as the user wrote it."""
+    return not isinstance(state, tuple) and bool(state)

@@ -1,25 +1,38 @@
 """Mend: rewrite the user's Python so Dynamo captures it in fewer graphs, before Dynamo sees it.
 
+This docstring is the one description of the whole algorithm; each rule module describes its rule.
+
 Pipeline (``mend(model)``, run by ``torchmux.compile`` and ``torchmux.explain`` unless
 ``options={"mend": False}``):
 
-1. For the model's ``forward`` (every submodule's whose class is not torch's own), the ``self.<method>``
-   helpers it calls and the global functions it calls, read the source (``inspect``); without source,
-   or for a lambda, a generator, a wrapped function or one using private ``__names``, do nothing.
-2. Apply the AST rules of :mod:`torchmux.frontends.rewrites` (tensor if/else, nested and ``elif``
-   -> ``torch.where`` / ``torch.cond``, tensor while -> ``torch.while_loop``, deferred
-   print/warn/logging, checks raised after the graph, ``.item()`` kept a tensor for logging and, exactly,
-   in tests). Every rule guards itself at run time and falls back to the user's statements.
-3. Compile the rewritten function with the user's file name and line numbers, with the original
+1. **Find the code.** For the model's ``forward`` (every submodule's whose class is not torch's own),
+   the ``self.<method>`` helpers it calls and the global functions it calls, read the source
+   (``inspect``); without source, or for a lambda, a generator, a wrapped function or one using private
+   ``__names`` or frame introspection, do nothing. The source must be what the code was compiled from.
+2. **Rewrite the AST** (:mod:`.statements` walks the body and hands each statement to its rule):
+
+   - :mod:`.legacy`: ``Variable(t)`` -> ``t.detach()``;
+   - :mod:`.expressions`: ``a if <tensor> else b`` -> ``torch.where`` / ``torch.cond``;
+   - :mod:`.effects`: ``print`` / ``warnings.warn`` / logging statements are replayed after the graph
+     with the user's text, file and line;
+   - :mod:`.items`: ``m = t.item()`` / ``.tolist()`` where ``m`` is only logged keeps ``m`` a tensor;
+   - :mod:`.checks`: ``if <tensor>: raise`` and ``assert <tensor>`` are checked after the graph;
+   - :mod:`.branches`: tensor ``if``/``elif``/``else`` and early returns -> ``torch.where`` /
+     ``torch.cond`` (``and``/``or`` of tensor tests included, with Python's short circuit);
+   - :mod:`.loops`: ``while <tensor>`` (a Python counter beside it included) and
+     ``for _ in range(<tensor data>)`` -> ``torch.while_loop``; ``for layer in layers: ...;
+     if <tensor>: break`` -> a masked loop (values frozen once the test held).
+
+   :mod:`.analysis` holds what the rules share (name resolution, purity, AST helpers). Every rewrite
+   keeps the user's statements behind a guard decided while Dynamo traces (:mod:`.runtime`): when the
+   test is not a one-element tensor, or a ``self.<module>`` call is not a known side-effect-free module,
+   the original code runs. Nothing is rewritten that cannot be shown safe from the source.
+3. **Compile** the rewritten function with the user's file name and line numbers, with the original
    closure cells and globals, so errors, tracebacks and break reports point at the user's code.
-4. Install it by binding the new function to the *instance* (``module.forward = MethodType(...)``);
+4. **Install** it by binding the new function to the *instance* (``module.forward = MethodType(...)``);
    the class and its other instances are untouched. A rewritten global helper is reached through a
    guard ``(mended if helper is original else helper)``, so rebinding the global still works.
-
-``switches()`` is the other half: Dynamo's own options, set around each compiled call only
-(and restored after): ``capture_scalar_outputs`` (``.item()`` in the graph),
-``capture_dynamic_output_shape_ops`` (``nonzero``, boolean masks) and
-``reorderable_logging_functions`` (the runtime's ``deferred``).
+5. **Switch** Dynamo's own options around each compiled call only (:mod:`.switches`).
 """
 
 from __future__ import annotations
@@ -33,19 +46,18 @@ import inspect
 import os
 import re
 import types
-import warnings
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import torch
 
-from . import _mend_runtime as rt
-from .mend_analysis import RT, Context
-from .rewrites import rewrite
+from . import runtime as rt
+from .analysis import RT, Context
+from .statements import rewrite
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep  # torchmux.frontends: the runtime helpers
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep  # torchmux.frontends.mend: the runtime helpers
 _PRIVATE = re.compile(r"^__\w*[^_]_?$")  # a name Python would mangle inside a class body
 _INTROSPECTION = {"locals", "vars", "exec", "eval", "_getframe", "currentframe"}
 _MAX_DEPTH = 4  # how deep global helper calls are followed
@@ -58,7 +70,7 @@ class Mended:
     func: types.FunctionType | None
     notes: list[int] = field(default_factory=list)  # keys of the runtime's NOTES
     methods: set[str] = field(default_factory=set)  # self.<name>(...) calls, for the caller to follow
-    source: str = ""  # the rewritten function, for reading (``torchmux.frontends.mend.source_of``)
+    source: str = ""  # the rewritten function, for reading (:func:`source_of`)
 
 
 _CACHE: weakref.WeakKeyDictionary[Any, dict[bool, Mended]] = weakref.WeakKeyDictionary()  # fn -> method? -> result
@@ -305,59 +317,3 @@ def _build(fn: types.FunctionType, fdef: ast.FunctionDef, injected: dict[str, An
     new.__dict__.update(fn.__dict__)
     new._torchmux_mended_from = fn  # type: ignore[attr-defined]
     return new
-
-
-# --- Dynamo's own switches ---------------------------------------------------------------------------
-
-
-class switches:
-    """Dynamo options that remove breaks, for the duration of one compiled call.
-
-    A save/set/restore of three attributes of ``torch._dynamo.config`` rather than
-    ``config.patch``: the patch builds a class on every call and cost ~40 us, as much as running a
-    small compiled graph. Nested compiled calls restore in order (each call has its own instance).
-    """
-
-    __slots__ = ("_saved",)
-
-    def __enter__(self) -> None:
-        cfg = torch._dynamo.config
-        saved = []
-        if not cfg.capture_scalar_outputs:
-            saved.append(("capture_scalar_outputs", False))
-            cfg.capture_scalar_outputs = True
-        if not cfg.capture_dynamic_output_shape_ops:
-            saved.append(("capture_dynamic_output_shape_ops", False))
-            cfg.capture_dynamic_output_shape_ops = True
-        logging_fns = cfg.reorderable_logging_functions
-        if rt.deferred not in logging_fns:
-            saved.append(("reorderable_logging_functions", logging_fns))
-            cfg.reorderable_logging_functions = set(logging_fns) | {rt.deferred}
-        self._saved = saved
-
-    def __exit__(self, *exc: Any) -> None:
-        cfg = torch._dynamo.config
-        for name, value in reversed(self._saved):
-            setattr(cfg, name, value)
-
-
-def scoped(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` run under :func:`switches`."""
-
-    @functools.wraps(fn)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        with switches():
-            traces = rt.COND_TRACES
-            try:
-                return fn(*args, **kwargs)
-            except Exception as e:
-                if not (rt.COND and rt.COND_TRACES > traces and isinstance(e, torch._dynamo.exc.TorchDynamoException)):
-                    raise
-                # torch.cond refused a rewritten if/else while Dynamo traced it (the frame had not run):
-                # branch in Python instead (a graph break, as without the rewrite) and trace again
-                rt.COND = False
-                warnings.warn(f"torchmux: torch.cond refused a rewritten tensor if/else ({str(e).splitlines()[0]}); "
-                              "such ifs now branch in Python (one graph break each)", stacklevel=2)
-                return fn(*args, **kwargs)
-
-    return run

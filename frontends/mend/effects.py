@@ -1,8 +1,8 @@
-"""Rule 1 of the mend pass: print, warnings.warn and logging calls deferred until after the graph.
+"""print, warnings.warn and logging calls deferred until after the graph.
 
 A statement ``print(...)`` / ``warnings.warn(...)`` / ``<logger>.info(...)`` (a global logger or the
 ``logging`` module; ``debug``, ``info``, ``warning``, ``error``, ``critical``) becomes
-``_mend_rt.deferred(key, *values)``. ``key`` names an :class:`~torchmux.frontends._mend_runtime.Effect`
+``_mend_rt.deferred(key, *values)``. ``key`` names an :class:`~torchmux.frontends.mend.runtime.Effect`
 holding what is constant (the callee as a global expression, constant arguments, keyword arguments,
 the user's file, line and function); ``values`` are what must come out of the graph. f-strings and
 ``"..." % (...)`` are taken apart, and ``.item()``, ``.tolist()``, ``int()``, ``float()``, ``bool()`` and
@@ -18,8 +18,8 @@ import logging
 import warnings
 from typing import Any
 
-from . import _mend_runtime as rt
-from .mend_analysis import Context, Purity, located, name_node, purity, rt_call
+from . import runtime as rt
+from .analysis import Context, Purity, located, name_node, purity, rt_call
 
 LOG_METHODS = set(rt._LEVELS)
 

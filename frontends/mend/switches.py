@@ -1,0 +1,75 @@
+"""Dynamo's own switches that remove breaks, set around each compiled call only (and restored after).
+
+- ``capture_scalar_outputs``: ``.item()`` stays in the graph (an unbacked symbolic value);
+- ``capture_dynamic_output_shape_ops``: ``nonzero``, boolean masks, ``unique`` stay in the graph;
+- ``reorderable_logging_functions`` gains ``runtime.deferred``, so the deferred effects of
+  :mod:`.effects` and :mod:`.checks` move after the graph instead of breaking it.
+
+``allow_rnn`` is left off: with it an ``nn.LSTM`` under autograd raised in AOTAutograd
+("tensors_saved_with_vc_check"), where Dynamo alone skips the frame and runs it.
+
+:func:`scoped` also retries a trace once when ``torch.cond`` refused a rewritten if/else.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Any, Callable
+
+import torch
+
+from . import runtime as rt
+
+
+class switches:
+    """Dynamo options that remove breaks, for the duration of one compiled call.
+
+    A save/set/restore of three attributes of ``torch._dynamo.config`` rather than
+    ``config.patch``: the patch builds a class on every call and cost ~40 us, as much as running a
+    small compiled graph. Nested compiled calls restore in order (each call has its own instance).
+    """
+
+    __slots__ = ("_saved",)
+
+    def __enter__(self) -> None:
+        cfg = torch._dynamo.config
+        saved = []
+        if not cfg.capture_scalar_outputs:
+            saved.append(("capture_scalar_outputs", False))
+            cfg.capture_scalar_outputs = True
+        if not cfg.capture_dynamic_output_shape_ops:
+            saved.append(("capture_dynamic_output_shape_ops", False))
+            cfg.capture_dynamic_output_shape_ops = True
+        logging_fns = cfg.reorderable_logging_functions
+        if rt.deferred not in logging_fns:
+            saved.append(("reorderable_logging_functions", logging_fns))
+            cfg.reorderable_logging_functions = set(logging_fns) | {rt.deferred}
+        self._saved = saved
+
+    def __exit__(self, *exc: Any) -> None:
+        cfg = torch._dynamo.config
+        for name, value in reversed(self._saved):
+            setattr(cfg, name, value)
+
+
+def scoped(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` run under :func:`switches`."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with switches():
+            traces = rt.COND_TRACES
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:
+                if not (rt.COND and rt.COND_TRACES > traces and isinstance(e, torch._dynamo.exc.TorchDynamoException)):
+                    raise
+                # torch.cond refused a rewritten if/else while Dynamo traced it (the frame had not run):
+                # branch in Python instead (a graph break, as without the rewrite) and trace again
+                rt.COND = False
+                warnings.warn(f"torchmux: torch.cond refused a rewritten tensor if/else ({str(e).splitlines()[0]}); "
+                              "such ifs now branch in Python (one graph break each)", stacklevel=2)
+                return fn(*args, **kwargs)
+
+    return run
