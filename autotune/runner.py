@@ -25,9 +25,7 @@ from ..core.errors import TorchmuxFallbackWarning
 from ..core.ir import GraphIR
 from ..core.registry import get_registry
 from . import decisions as cache
-from . import screen
-from . import distributed, progress
-
+from . import distributed, progress, screen
 from .freeze import MAX_REFREEZES, FrozenCall, can_freeze, freeze
 from .placement import build_placement
 from .split import Plan, build_split, try_split
