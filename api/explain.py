@@ -152,23 +152,29 @@ def report(recorder: Recorder, rewrites: list[str] | None = None) -> ExplainRepo
                          list(rewrites), not_captured(recorder, reasons))
 
 
-def explain(model: Any, *args: Any, backend: Any = "auto", mend: bool = True, **kwargs: Any) -> ExplainReport:
+def explain(model: Any, *args: Any, backend: Any = None, mend: bool = True, **kwargs: Any) -> ExplainReport:
     """Capture ``model(*args, **kwargs)`` once, run it, and report graphs, breaks and placements.
 
-    Like ``torch._dynamo.explain`` this resets Dynamo's caches before and after. ``backend`` is the
-    same argument as compile()'s; ``mend=False`` turns the graph-break mending pass off (model keyword
-    arguments named ``backend`` or ``mend`` cannot be passed through here).
+    Like ``torch._dynamo.explain`` this resets Dynamo's caches before and after. By default it only
+    captures (the graphs run eagerly: about the time ``torch._dynamo.explain`` takes) and reports no
+    placement; ``backend=`` (compile()'s argument: ``"auto"``, a name, a list) also places each graph
+    and reports where it runs and what was measured. ``mend=False`` turns the graph-break mending pass
+    off (model keyword arguments named ``backend`` or ``mend`` cannot be passed through here).
     """
     from ..frontends.mend import mended
 
     torch._dynamo.reset()
     try:
         with mended(model, mend) as (target, _):  # the user's modules get their own methods back after
-            compiled, recorder = compile_recorded(target, backend, mend)
+            compiled, recorder = compile_recorded(target, "eager" if backend is None else backend, mend)
             compiled(*args, **kwargs)
     finally:
         torch._dynamo.reset()
-    return report(recorder)
+    result = report(recorder)
+    if backend is None:  # captured only: eager ran the graphs, which places nothing
+        for g in result.graphs:
+            g.placements, g.measurements = [], []
+    return result
 
 
 # --- what Dynamo did not capture: skipped frames, recompile limits, graphs run eagerly -----------------

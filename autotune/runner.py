@@ -25,7 +25,8 @@ from ..core.ir import GraphIR
 from ..core.registry import get_registry
 from ..core.userframe import user_location, warn_at
 from . import decisions as cache
-from . import distributed, isolate, progress, verify
+from . import distributed, isolate, progress, screen, verify
+from .freeze import MAX_REFREEZES, FrozenCall, can_freeze, freeze
 from .guard import Guard
 from .placement import build_placement
 from .shapes import SymbolicChooser, describe_range, size_range, symbol_values
@@ -57,13 +58,20 @@ class GraphRunner:
         self._fns: dict[tuple, Any] = {}
         self._lock = threading.Lock()
         self._keyed = [i for i, kind in enumerate(ir.input_kinds) if kind == "input"]
+        self._one = self._keyed[0] if len(self._keyed) == 1 else None
+        self._freezing = bool(config.get("freeze")) and can_freeze(ir)
         # a symbolic graph is decided per size range, each backend compiled once (shapes.py)
         self.symbolic = None if ir.is_static else SymbolicChooser(ir, config)
         self._symbolic_eager: Measurement | None = None
-        self._where = None  # the user's line that made the first call: fallback warnings point there
+        self._where: Any = None  # the user's line that made the first call: fallback warnings point there
+        self._refreezes = 0
+        self._rebuild: dict[tuple, str] = {}  # signature -> backend to rebuild after a weight change
 
     def __call__(self, *args: Any) -> list[Any]:
-        sig = _signature(args, self._keyed)
+        if self._one is not None and isinstance(a := args[self._one], torch.Tensor):  # the common case, inlined
+            sig: tuple = ((a.shape, a.dtype, a.device),)
+        else:
+            sig = _signature(args, self._keyed)
         fn = self._fns.get(sig)
         if fn is None:
             with self._lock:
@@ -102,62 +110,98 @@ class GraphRunner:
         return out
 
     def _decide(self, sig: tuple, args: Sequence[Any]) -> Any:
+        """Choose for ``sig``; an inference graph is frozen first (freeze.py): the backends see its weights
+        as constants, and the callable returned checks them before every call."""
         if self.symbolic is not None:
             return self._decide_symbolic(sig, args)
+        if self._freezing:
+            fn = self._decide_on(freeze(self.ir, args), sig, [args[i] for i in self._keyed], frozen=True)
+            fn = FrozenCall(fn, self.ir, args, on_change=lambda a: self._weights_changed(sig, a))
+        else:
+            fn = self._decide_on(self.ir, sig, args)
+        self._fns[sig] = fn
+        return fn
+
+    def _weights_changed(self, sig: tuple, args: Sequence[Any]) -> Any:
+        """A frozen weight changed: freeze again and rebuild the backend that won (not measured again);
+        after MAX_REFREEZES changes, run unfrozen."""
+        with self._lock:
+            current = self._fns.get(sig)
+            if current is not None and (not isinstance(current, FrozenCall) or current.unchanged(args)):
+                return current  # another thread refroze already
+            self._refreezes += 1
+            if self._refreezes > MAX_REFREEZES:
+                self._freezing = False
+                self._rebuild.clear()
+            else:
+                self._rebuild[sig] = self.decisions[sig].backend
+            self._fns.pop(sig, None)
+            return self._decide_in_clean_thread(sig, args)
+
+    def _decide_on(self, ir: GraphIR, sig: tuple, args: Sequence[Any], frozen: bool = False) -> Any:
         config = self.config
         candidates = self._candidates(args)
         demotions = [Measurement(b.name, math.inf, False, f"demoted earlier: {why}") for b in candidates
-                     if (why := verify.demoted(self.ir, sig, b))]
+                     if (why := verify.demoted(ir, sig, b))]
         candidates = [b for b in candidates if b.name not in {m.backend for m in demotions}]
         if config.auto and len(candidates) > 1:  # isolate.py: a crash or hang in a new candidate stays in a child
             candidates, unsafe = isolate.screen(
-                self.ir, sig, candidates, args, mode=config.mode, options=config.options_for,
+                ir, sig, candidates, args, mode=config.mode, options=config.options_for,
                 isolation=config.get("isolate") or settings.ISOLATE.get(),
                 deadline=float(config.get("trial_deadline") or settings.TRIAL_DEADLINE.get()))
             demotions += [Measurement(name, math.inf, False, why) for name, why in unsafe]
         registry = get_registry()
         tuned = config.auto and len(candidates) > 1
-        key = cache.decision_key(self.ir, sig, candidates, config.mode, config.split_segments) if tuned else ""
+        key = cache.decision_key(self.ir, sig, candidates, config.mode, config.split_segments, frozen) if tuned else ""
         role = distributed.role() if tuned else None
         rank_key = distributed.key_for(self.ir, sig, config.mode) if role else ""
         if not config.auto and len(config.backends) == 1 and candidates and candidates[0].name == "eager":
-            placement = build_placement(self.ir, candidates[0], args, mode=config.mode, options={})
+            placement = build_placement(ir, candidates[0], args, mode=config.mode, options={})
             decision = Decision(Measurement("eager", math.nan, True, placement=placement), [])
         elif role == "follower":  # rank 0 chose (distributed.py); run its choice, checked
-            decision = self._remembered(sig, candidates, args, distributed.receive(rank_key)) or self._rank0_failed(args)
-        elif config.auto and (remembered := self._remembered(sig, candidates, args)) is not None:
+            decision = (self._remembered(ir, sig, candidates, args, frozen, distributed.receive(rank_key))
+                        or self._rank0_failed(ir, args))
+        elif (rebuilt := self._rebuilt(ir, sig, candidates, args)) is not None:
+            decision = rebuilt
+        elif config.auto and (remembered := self._remembered(ir, sig, candidates, args, frozen)) is not None:
             decision = remembered
         else:
             checked = config.auto or verify.policy_of(config.get("verify")) != "off"
-            bar = progress.for_graph(self.ir.name, len(candidates)) if tuned else None
+            device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
+            left_out = screen.skipped(ir, candidates, device, config.mode) if config.auto else {}
+            built = [b for b in candidates if b.name not in left_out]
+            bar = progress.for_graph(ir.name, len(candidates)) if tuned else None
             try:
                 results = demotions + measure(
-                    self.ir, candidates, args, mode=config.mode, options=config.options_for,
+                    ir, built, args, mode=config.mode, options=config.options_for,
                     time_budget=float(config.get("autotune_budget")), timed=config.auto, progress=bar,
-                ) if checked else self._unverified(candidates, args)
+                ) if checked else self._unverified(ir, built, args)
             finally:
                 if bar is not None:
                     bar.close()
-            if config.auto and config.split_segments and len(candidates) > 1 and self.ir.is_static:
-                split = try_split(self.ir, results, candidates, args, segments=config.split_segments,
+            if config.auto:
+                screen.remember(ir, results, device)
+                results = list(results) + [Measurement(name, math.inf, False, why) for name, why in left_out.items()]
+            if config.auto and config.split_segments and len(candidates) > 1 and ir.is_static:
+                split = try_split(ir, results, candidates, args, segments=config.split_segments,
                                   mode=config.mode, options=config.options_for,
                                   time_budget=float(config.get("autotune_budget")))
                 results = list(results) + ([split] if split is not None else [])
             for m in results:
-                registry.notify("torchmux_candidate_measured", ir=self.ir, backend=m.backend,
+                registry.notify("torchmux_candidate_measured", ir=ir, backend=m.backend,
                                 seconds=m.seconds, ok=m.ok, reason=m.reason)
             best = choose(results)
             failed = [m for m in results if not m.ok]
             if not candidates and not demotions:
                 why = (f"backend {config.names[0]!r} does not run on {args[0].device.type if args else '?'}"
-                       f"{' or with symbolic shapes' if not self.ir.is_static else ''}")
+                       f"{' or with symbolic shapes' if not ir.is_static else ''}")
                 failed = [Measurement(config.names[0], math.inf, False, why)]
             if best is None:
-                best = self._eager_fallback(args)
+                best = self._eager_fallback(ir, args)
                 results = list(results) + [best]
             if failed and (not config.auto or settings.VERBOSE.get()):
                 warn_at(
-                    f"torchmux: on graph {self.ir.name} ({len(self.ir.op_nodes)} ops), "
+                    f"torchmux: on graph {ir.name} ({len(ir.op_nodes)} ops), "
                     + "; ".join(f"{m.backend} {m.reason}" for m in failed)
                     + f". Running it on {best.backend} instead.",
                     TorchmuxFallbackWarning, self._where,
@@ -165,20 +209,19 @@ class GraphRunner:
             decision = Decision(best, list(results))
             if tuned and best.ok:
                 cache.store(key, self._record(decision))
-                progress.summary(f"{self.ir.name}: {decision.backend} won among {len(candidates)} backends ("
+                progress.summary(f"{ir.name}: {decision.backend} won among {len(candidates)} backends ("
                                  + ", ".join(m.summary for m in results) + ")")
         if role == "leader":
             distributed.publish(rank_key, self._record(decision))
         if settings.VERBOSE.get():
-            print(f"[torchmux] {self.ir.name} {list(sig)[:2]}: "
+            print(f"[torchmux] {ir.name} {list(sig)[:2]}: "
                   + " | ".join(m.summary for m in decision.measurements) + f" -> {decision.backend}", file=sys.stderr)
         self.decisions[sig] = decision
         ranked = [decision.chosen] + sorted((m for m in decision.measurements if m is not decision.chosen and m.ok),
                                             key=lambda m: m.seconds if m.seconds == m.seconds else math.inf)
-        fn = Guard(self.ir, sig, self._keyed, verify.policy_of(config.get("verify")), ranked,
-                   lambda: self._eager_fallback(args), checked_first=False)
-        self._fns[sig] = fn
-        return fn
+        keyed = [i for i, kind in enumerate(ir.input_kinds) if kind == "input"]
+        return Guard(ir, sig, keyed, verify.policy_of(config.get("verify")), ranked,
+                     lambda: self._eager_fallback(ir, args), checked_first=False)
 
     def _record(self, decision: Decision) -> dict[str, Any]:
         """A decision as the cache, the fleet and the other ranks keep it (JSON)."""
@@ -191,10 +234,10 @@ class GraphRunner:
                               "reason": m.reason} for m in decision.measurements],
         }
 
-    def _rank0_failed(self, args: Sequence[Any]) -> Decision:
-        warnings.warn(f"torchmux: rank 0's choice for graph {self.ir.name} fails on this rank; running it eagerly",
+    def _rank0_failed(self, ir: GraphIR, args: Sequence[Any]) -> Decision:
+        warnings.warn(f"torchmux: rank 0's choice for graph {ir.name} fails on this rank; running it eagerly",
                       TorchmuxFallbackWarning, stacklevel=3)
-        best = self._eager_fallback(args)
+        best = self._eager_fallback(ir, args)
         return Decision(best, [best])
 
     def _decide_symbolic(self, sig: tuple, args: Sequence[Any]) -> Any:
@@ -203,7 +246,7 @@ class GraphRunner:
         if decision is None or fn is None:
             failed = decision.measurements if decision is not None else self.symbolic.last_results
             if self._symbolic_eager is None:  # one eager placement serves every size of the graph
-                self._symbolic_eager = self._eager_fallback(args)
+                self._symbolic_eager = self._eager_fallback(self.ir, args)
             best = self._symbolic_eager
             decision, fn = Decision(best, list(failed) + [best]), best.placement.fn  # type: ignore[union-attr]
             warnings.warn(
@@ -220,7 +263,16 @@ class GraphRunner:
         self._fns[sig] = fn
         return fn
 
-    def _remembered(self, sig: tuple, candidates: list, args: Sequence[Any],
+    def _rebuilt(self, ir: GraphIR, sig: tuple, candidates: list, args: Sequence[Any]) -> Decision | None:
+        """After a weight change: the backend that won before, built on the new weights and checked."""
+        name = self._rebuild.pop(sig, None)
+        winner = next((b for b in candidates if b.name == name), None)
+        if winner is None:
+            return None
+        chosen = measure(ir, [winner], args, mode=self.config.mode, options=self.config.options_for, timed=False)[0]
+        return Decision(chosen, [chosen] + [m for m in self.decisions[sig].measurements if m.backend != name]) if chosen.ok else None
+
+    def _remembered(self, ir: GraphIR, sig: tuple, candidates: list, args: Sequence[Any], frozen: bool = False,
                     record: dict[str, Any] | None = None) -> Decision | None:
         """The winner a previous process (or rank 0: ``record``) measured for this graph, signature and
         candidate set, if it is still correct; None sends the graph through the full measurement."""
@@ -228,14 +280,14 @@ class GraphRunner:
             return None
         config = self.config
         if record is None:
-            record = cache.load(cache.decision_key(self.ir, sig, candidates, config.mode, config.split_segments))
+            record = cache.load(cache.decision_key(self.ir, sig, candidates, config.mode, config.split_segments, frozen))
         if not record:
             return None
         if record.get("plan"):
-            chosen = self._remembered_split(record["plan"], candidates, args)
+            chosen = self._remembered_split(ir, record["plan"], candidates, args)
         else:
             winner = next((b for b in candidates if b.name == record.get("backend")), None)
-            chosen = winner and measure(self.ir, [winner], args, mode=config.mode,
+            chosen = winner and measure(ir, [winner], args, mode=config.mode,
                                         options=config.options_for, timed=False)[0]
         if chosen is None or not chosen.ok:
             return None
@@ -249,31 +301,31 @@ class GraphRunner:
             remembered = []
         return Decision(chosen, [chosen] + remembered)
 
-    def _remembered_split(self, record: Any, candidates: list, args: Sequence[Any]) -> Measurement | None:
+    def _remembered_split(self, ir: GraphIR, record: Any, candidates: list, args: Sequence[Any]) -> Measurement | None:
         """Rebuild a remembered split (each piece on the backend it won), checked, not timed."""
         plan = Plan.from_record(record)
         try:
-            placement = plan and build_split(self.ir, plan, candidates, args, mode=self.config.mode,
+            placement = plan and build_split(ir, plan, candidates, args, mode=self.config.mode,
                                              options=self.config.options_for)
-            if not placement or verify.check_call(self.ir, placement.fn, args, twice=True)[1]:
+            if not placement or verify.check_call(ir, placement.fn, args, twice=True)[1]:
                 return None
         except Exception:
             return None
         return Measurement(placement.backend, math.nan, True, placement=placement)
 
-    def _unverified(self, candidates: list, args: Sequence[Any]) -> list[Measurement]:
+    def _unverified(self, ir: GraphIR, candidates: list, args: Sequence[Any]) -> list[Measurement]:
         out = []
         for b in candidates:
             try:
-                p = build_placement(self.ir, b, args, mode=self.config.mode, options=self.config.options_for(b.name))
+                p = build_placement(ir, b, args, mode=self.config.mode, options=self.config.options_for(b.name))
                 out.append(Measurement(b.name, math.nan, True, placement=p))
             except Exception as e:
                 out.append(Measurement(b.name, math.inf, False, f"compile failed: {type(e).__name__}: {e}"))
         return out
 
-    def _eager_fallback(self, args: Sequence[Any]) -> Measurement:
+    def _eager_fallback(self, ir: GraphIR, args: Sequence[Any]) -> Measurement:
         eager = get_registry().get("eager")
-        return Measurement("eager", math.nan, True, placement=build_placement(self.ir, eager, args, mode=None, options={}))
+        return Measurement("eager", math.nan, True, placement=build_placement(ir, eager, args, mode=None, options={}))
 
     # ------------------------------------------------------------------------------------------
     def placements(self) -> list[Decision]:

@@ -2,6 +2,10 @@
 
 For one graph and the real inputs of its first call:
 
+0. leave out what cannot win (screen.py, applied by the runner): in the default mode a backend that
+   needs tuning on this device (TVM on the CPU) is not built, unless this machine saw it come within
+   1.5x of the winner on a graph with the same ATen ops; ``mode="max-autotune"`` builds everything.
+   Inference graphs arrive frozen (freeze.py): weights are constants of the graph;
 1. run the reference interpreter once: that is the answer;
 2. compile every candidate backend (its claimed ops on it, the rest eagerly, see partition.py);
 3. run each once and compare with the answer (core/compare.py): a wrong answer is a failure;

@@ -43,6 +43,10 @@ class InductorBackend(extend.Backend):
         config_patches: dict = {}
         if request.mode in ("max-autotune", "max-autotune-no-cudagraphs"):
             config_patches.update(max_autotune=True)
+        if any(True for _ in request.ir.gm.buffers()) and not torch.is_grad_enabled():
+            # a frozen graph (weights as buffers, torchmux's autotune/freeze.py): Inductor's freezing
+            # folds them into the code as constants (pre-packed GEMM weights, folded batch norms)
+            config_patches.update(freezing=True)
         config_patches.update(request.options)
         gm = _views_as_reshapes(request.ir.gm)
         compiled: Callable[..., Sequence[torch.Tensor]]
@@ -76,7 +80,7 @@ def _views_as_reshapes(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     eager's strides may then be illegal. ``reshape`` is the same op wherever ``view`` is legal."""
     import copy
 
-    gm = copy.deepcopy(gm)
+    gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))  # the weights are shared, not copied
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.target in (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default):
             node.target = torch.ops.aten.reshape.default

@@ -34,8 +34,26 @@ from pathlib import Path
 from typing import Any
 
 from .results import MEASURES, assemble, geomeans
-from .run import AUTO, AUTO_SPLIT, EAGER, INDUCTOR, THREAD_ENV
+from .run import (
+    AUTO,
+    AUTO_SPLIT,
+    EAGER,
+    INDUCTOR,
+    INDUCTOR_FREEZING,
+    ONNX_EXPORT,
+    THREAD_ENV,
+)
 from .zoo import ZOO
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or comma-separated numbers (1,2), got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected numbers of at least 1, got {text!r}")
+    return values
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,9 +63,12 @@ def _parser() -> argparse.ArgumentParser:
                     "(Inductor), each torchmux backend alone, and torchmux auto.",
     )
     p.add_argument("--models", default="all", help=f"comma-separated zoo models, or 'all' (the zoo: {', '.join(ZOO)})")
-    p.add_argument("--batch-size", type=int, default=8, help="batch size of every model's inputs (default 8)")
+    p.add_argument("--batch-size", type=_ints, default=[8],
+                   help="batch size of every model's inputs; a list (1,8) runs the bench once per size (default 8)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where models run (default cpu)")
-    p.add_argument("--threads", type=int, default=None, help="torch (and OpenMP) threads per process (default: torch's)")
+    p.add_argument("--threads", type=_ints, default=None,
+                   help="torch (and OpenMP, ONNX Runtime) threads per process; a list (1,2) runs the bench once per "
+                        "count, and once per batch size (default: torch's)")
     p.add_argument("--systems", default="default",
                    help="comma-separated systems: eager, inductor (torch.compile), auto (torchmux:auto), "
                         "auto-split (auto that may also split a graph across backends, options split=4), "
@@ -105,7 +126,8 @@ def resolve_systems(spec: str, device: str) -> tuple[list[str], dict[str, str]]:
                 by_default.add(name)
     skipped: dict[str, str] = {}
     if spec.strip() in ("", "default", "all"):
-        wanted = [EAGER, INDUCTOR] + [f"torchmux:{n}" for n in registry.names if n in by_default] + [AUTO]
+        outside = [INDUCTOR_FREEZING] + ([ONNX_EXPORT] if device == "cpu" and runnable.get("onnxruntime") == "" else [])
+        wanted = [EAGER, INDUCTOR] + outside + [f"torchmux:{n}" for n in registry.names if n in by_default] + [AUTO]
         for n, why in runnable.items():
             if n != "eager" and n not in by_default:
                 skipped[f"torchmux:{n}"] = why or "auto never picks it here (e.g. an interpreter); name it in --systems to run it"
@@ -113,7 +135,7 @@ def resolve_systems(spec: str, device: str) -> tuple[list[str], dict[str, str]]:
         wanted = []
         for item in (s.strip() for s in spec.split(",") if s.strip()):
             name = {"auto": AUTO, "auto-split": AUTO_SPLIT, "torch.compile": INDUCTOR}.get(item, item)
-            if name == AUTO_SPLIT:
+            if name in (AUTO_SPLIT, INDUCTOR_FREEZING, ONNX_EXPORT):
                 wanted.append(name)
                 continue
             if name not in (EAGER, INDUCTOR, AUTO) and not name.startswith("torchmux:"):
@@ -121,7 +143,7 @@ def resolve_systems(spec: str, device: str) -> tuple[list[str], dict[str, str]]:
             chosen = name.split(":", 1)[1] if name.startswith("torchmux:") else None
             if chosen is not None and chosen != "auto" and chosen not in runnable:
                 raise BenchArgumentError(
-                    f"--systems: {item!r} is not a system; choose from eager, inductor, auto, "
+                    f"--systems: {item!r} is not a system; choose from eager, inductor, {INDUCTOR_FREEZING}, {ONNX_EXPORT}, auto, "
                     + ", ".join(f"torchmux:{n}" for n in registry.names) + " (or 'default')")
             if chosen in runnable and runnable[chosen]:
                 skipped[name] = runnable[chosen]
@@ -325,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser().parse_args(argv)
     if args._child:
+        args.batch_size, args.threads = args.batch_size[0], args.threads[0] if args.threads else None
         return _child_main(args)
     if args.from_json:
         from .report import format_report, write_chart
@@ -343,8 +366,8 @@ def main(argv: list[str] | None = None) -> int:
         print(text + (f"\n\nwrote {chart}" if chart else ""))
         return 0
     try:
-        if args.batch_size < 1 or args.rounds < 1:
-            raise BenchArgumentError("--batch-size and --rounds must be at least 1")
+        if args.rounds < 1:
+            raise BenchArgumentError("--rounds must be at least 1")
         if args.device == "cuda":
             import torch
 
@@ -357,15 +380,28 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for s, why in skipped.items():
         print(f"torchmux bench: leaving out {s}: {why}", file=sys.stderr)
+    import copy
     import shlex
 
-    from .report import format_report, write_chart
+    from .report import auto_table, format_report, write_chart
 
-    report = run_bench(args, models, systems, skipped, "torchmux bench " + shlex.join(argv))
-    chart = write_chart(report, args.out / "bench.png")
-    print(format_report(report))
-    print(f"\nwrote {args.out / 'bench.json'}" + (f", {chart}" if chart else " (no chart: " + "install matplotlib)"))
-    return 0 if report["complete"] else 130
+    combos = [(t, b) for t in (args.threads or [None]) for b in args.batch_size]
+    reports = {}
+    for threads, batch in combos:
+        run_args = copy.copy(args)
+        run_args.threads, run_args.batch_size = threads, batch
+        if len(combos) > 1:
+            run_args.out = args.out / f"threads{threads or 'default'}-batch{batch}"
+        report = run_bench(run_args, models, systems, skipped, "torchmux bench " + shlex.join(argv))
+        chart = write_chart(report, run_args.out / "bench.png")
+        print(format_report(report))
+        print(f"\nwrote {run_args.out / 'bench.json'}" + (f", {chart}" if chart else " (no chart: " + "install matplotlib)"))
+        reports[f"{threads or 'default'} thread(s), batch {batch}"] = report
+        if not report["complete"]:
+            return 130
+    if len(combos) > 1:
+        print("\n" + "\n".join(auto_table(reports)))
+    return 0
 
 
 def _child_main(args: argparse.Namespace) -> int:

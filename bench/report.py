@@ -98,6 +98,51 @@ def summary(report: dict[str, Any]) -> list[str]:
     return _grid(header, rows, right=set(range(1, len(header))))
 
 
+def auto_lines(report: dict[str, Any]) -> list[str]:
+    """Auto against the fastest single system, per model and geomean (results.auto_vs_best)."""
+    from .results import auto_vs_best
+
+    if "torchmux:auto" not in report["settings"]["systems"]:
+        return []
+    cmp = auto_vs_best(report)
+    rows = []
+    for model, r in cmp["models"].items():
+        if r is None:
+            rows.append([model, "-", "-", "-", "-", "auto or every single system failed"])
+            continue
+        choices = ", ".join(sorted(set((r["auto_choices"] or {}).values()))) or "(remembered)"
+        rows.append([model, r["best"], f"{r['best_ms']:.3f}", f"{r['auto_ms']:.3f}",
+                     f"{r['auto_over_best']:.2f}x" + ("" if r["auto_over_best"] <= 1.03 else " SLOWER"), choices])
+    geo = cmp["auto_over_best_geomean"]
+    rows.append(["geomean", "(per model)", "", "", f"{geo:.2f}x" if geo else "-", ""])
+    for system, ratio in sorted(cmp["auto_over_system_geomean"].items(), key=lambda kv: -kv[1]):
+        rows.append([f"geomean vs {system}", "", "", "", f"{ratio:.2f}x", ""])
+    return ["auto against the fastest single system (auto latency / best; at most 1.03 is a win or a tie):", ""] + _grid(
+        ["model", "best single system", "best ms", "auto ms", "auto / best", "auto ran on"], rows, right={2, 3, 4})
+
+
+def auto_table(reports: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per model and setting (threads, batch): auto over the fastest single system."""
+    from .results import auto_vs_best
+
+    models = list(dict.fromkeys(m for r in reports.values() for m in r["models"]))
+    cmps = {label: auto_vs_best(r) for label, r in reports.items()}
+    rows = []
+    for model in models:
+        cells = []
+        for cmp in cmps.values():
+            r = cmp["models"].get(model)
+            cells.append("-" if r is None else f"{r['auto_over_best']:.2f}x ({r['best']})")
+        rows.append([model] + cells)
+    rows.append(["geomean auto / best per model"] + [
+        f"{c['auto_over_best_geomean']:.2f}x" if c["auto_over_best_geomean"] else "-" for c in cmps.values()])
+    rows.append(["geomean auto / closest system"] + [
+        f"{c['auto_over_system_geomean'][c['best_single']]:.2f}x ({c['best_single']})" if c["best_single"] else "-"
+        for c in cmps.values()])
+    return ["auto latency / fastest single system's, per setting (below 1: auto is faster):", ""] + _grid(
+        ["model"] + list(cmps), rows, right=set(range(1, len(cmps) + 1)))
+
+
 def format_report(report: dict[str, Any]) -> str:
     env, st = report["environment"], report["settings"]
     head = (f"torchmux bench: {env['device_name']} ({env['device']}, {env['cpu_count']} cores, {_threads(env)}), "
@@ -106,6 +151,8 @@ def format_report(report: dict[str, Any]) -> str:
         head += f" (interrupted: {len(report['models'])} of {len(st['models'])} models)"
     lines = [head, ""] + details(report) + ["", "eager latency in parentheses; geomean over models where the system ran and matched eager", ""]
     lines += summary(report)
+    if auto := auto_lines(report):
+        lines += [""] + auto
     if st["skipped_systems"]:
         lines += ["", "left out:"] + [f"  {s}: {why}" for s, why in st["skipped_systems"].items()]
     return "\n".join(lines)

@@ -12,7 +12,7 @@ import math
 import statistics
 from typing import Any
 
-from .run import EAGER, INDUCTOR
+from .run import AUTO, AUTOS, EAGER, INDUCTOR
 from .zoo import ZOO
 
 #: what each figure is, written into bench.json so the file explains itself
@@ -88,3 +88,34 @@ def geomeans(models: dict[str, Any], systems: list[str]) -> dict[str, dict[str, 
             entry[f"{key}_models"] = len(vals)
         out[s] = entry
     return out
+
+
+def auto_vs_best(report: dict[str, Any], auto: str = AUTO) -> dict[str, Any]:
+    """Auto against what a user would pick by hand: per model, the fastest single system (every system
+    but torchmux's autos, eager included, among those that ran and matched eager) and auto's latency
+    over its (above 1: auto is slower); per report, the geomean of those ratios, and per single system
+    the geomean of auto's latency over its on the models where both ran and matched (``best_single``:
+    the system auto is closest to losing against)."""
+    rows: dict[str, Any] = {}
+    for model, m in report["models"].items():
+        ok = {s: r for s, r in m["systems"].items() if r.get("ok") and r.get("matches_eager")}
+        single = {s: r["latency_ms"]["median"] for s, r in ok.items() if s not in AUTOS}
+        if auto not in ok or not single:
+            rows[model] = None
+            continue
+        best = min(single, key=single.__getitem__)
+        rows[model] = {"best": best, "best_ms": single[best], "auto_ms": ok[auto]["latency_ms"]["median"],
+                       "auto_over_best": ok[auto]["latency_ms"]["median"] / single[best],
+                       "auto_choices": ok[auto].get("auto_choices")}
+    # geomeans only compare over the same models: each single system against auto where both matched
+    vs: dict[str, float] = {}
+    for s in {s for m in report["models"].values() for s in m["systems"]} - set(AUTOS):
+        pairs = [(m["systems"][s]["latency_ms"]["median"], m["systems"][auto]["latency_ms"]["median"])
+                 for m in report["models"].values()
+                 if all(m["systems"].get(x, {}).get("ok") and m["systems"][x].get("matches_eager") for x in (s, auto))]
+        if pairs:
+            vs[s] = math.exp(sum(math.log(a / b) for b, a in pairs) / len(pairs))  # auto latency / s latency
+    ratios = [r["auto_over_best"] for r in rows.values() if r]
+    closest = max(vs, key=vs.__getitem__) if vs else None
+    return {"models": rows, "auto_over_best_geomean": math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None,
+            "auto_over_system_geomean": vs, "best_single": closest}

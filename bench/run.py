@@ -43,6 +43,10 @@ EAGER, INDUCTOR, AUTO = "eager", "inductor", "torchmux:auto"
 #: torchmux auto that also tries each graph cut into pieces, each on its own fastest backend (split.py)
 AUTO_SPLIT = "torchmux:auto-split"
 AUTOS = (AUTO, AUTO_SPLIT)
+#: what a user would pick instead of torchmux: torch.compile with Inductor's freezing (its CPU inference
+#: setting), and ONNX Runtime used directly (torch.onnx.export + InferenceSession, outside torchmux)
+INDUCTOR_FREEZING, ONNX_EXPORT = "inductor-freezing", "onnxruntime-export"
+#: every system that is not a torchmux auto: what auto must beat
 
 
 #: backends whose thread pools are their own (not torch's OpenMP), and the option that sizes them;
@@ -54,11 +58,17 @@ THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TVM_NUM_THREADS")
 
 def make_compiled(system: str, model: torch.nn.Module, threads: int | None = None) -> Callable[..., Any]:
     """The callable a system makes of ``model``: eager is the model, ``inductor`` is torch.compile's
-    default, ``torchmux:<name>`` is torchmux.compile with that backend (``auto`` included)."""
+    default, ``inductor-freezing`` the same with ``freezing=True``, ``onnxruntime-export`` ONNX Runtime
+    used directly, ``torchmux:<name>`` is torchmux.compile with that backend (``auto`` included).
+    Every system compiles lazily, at its first call, as torch.compile does."""
     if system == EAGER:
         return model
     if system == INDUCTOR:
         return torch.compile(model, backend="inductor")
+    if system == INDUCTOR_FREEZING:
+        return torch.compile(model, backend="inductor", options={"freezing": True})
+    if system == ONNX_EXPORT:
+        return _OnnxExport(model, threads)
     if system.startswith("torchmux:"):
         import torchmux
         from torchmux.core.registry import get_registry
@@ -69,6 +79,41 @@ def make_compiled(system: str, model: torch.nn.Module, threads: int | None = Non
             return torchmux.compile(model, backend="auto", options={**options, "split": 4})
         return torchmux.compile(model, backend=system.split(":", 1)[1], options=options)
     raise ValueError(f"unknown system {system!r}")
+
+
+class _OnnxExport:
+    """``torch.onnx.export(model, args, dynamo=True, optimize=True)`` and an ``InferenceSession`` at the
+    first call, as a user of ONNX Runtime would write it: weights become initializers, ONNX Runtime's
+    full graph optimizations run. Two settings differ from the defaults, for a fair comparison in one
+    process: the session gets ``--threads`` intra-op threads (as every system does), and its threads
+    do not spin after a run (spinning threads take the cores of whatever system runs next)."""
+
+    def __init__(self, model: torch.nn.Module, threads: int | None) -> None:
+        self.model, self.threads = model, threads
+        self.session: Any = None
+
+    def _build(self, args: tuple[Any, ...]) -> None:
+        import tempfile
+
+        import onnxruntime as ort
+
+        program = torch.onnx.export(self.model, args, dynamo=True, optimize=True, verbose=False)
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.intra_op_num_threads = self.threads or torch.get_num_threads()
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "model.onnx")
+            program.save(path)
+            self.session = ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
+        self.inputs = [i.name for i in self.session.get_inputs()]
+
+    def __call__(self, *args: Any) -> Any:
+        if self.session is None:
+            self._build(args)
+        feeds = {n: a.detach().cpu().numpy() for n, a in zip(self.inputs, [a for a in args if isinstance(a, torch.Tensor)])}
+        outs = [torch.from_numpy(o) for o in self.session.run(None, feeds)]
+        return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 def cache_env(root: Path) -> dict[str, str]:

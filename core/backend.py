@@ -127,6 +127,9 @@ class Backend:
     dynamic_shapes: bool = False
     #: whether "auto" may pick it without the user naming it
     auto: bool = True
+    #: device types where it is not competitive untuned: auto does not build it there in default mode
+    #: unless this machine saw it come close on a graph of the same kind (autotune/screen.py)
+    needs_tuning: tuple[str, ...] = ()
     #: floating dtypes it computes in (integer and bool values pass through any backend that claims the op)
     dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16)
     #: the Core ATen ops it claims, per floating dtype name (``{"float32": frozenset({"aten.add.Tensor",

@@ -23,6 +23,9 @@ OWN_OPTIONS: dict[str, tuple[type, Any, str]] = {
     "isolate": (str, None, "which candidates auto tries first in a child process: 'off', 'third-party', 'all' "
                 "(default: TORCHMUX_ISOLATE, else 'third-party')"),
     "trial_deadline": (float, None, "seconds an isolated trial's compile and calls may take (default: TORCHMUX_TRIAL_DEADLINE)"),
+    "freeze": (bool, True, ("inference graphs get their weights as constants (a weight changed in place is noticed "
+                            "and the graph frozen again; writes through p.data are not: pass False if you write "
+                            "weights that way)")),
     "split": (int, None, "auto: also try each graph cut into up to N segments, each on its fastest correct backend "
               "(default 4 under mode='max-autotune', else 0: off)"),
 }

@@ -18,8 +18,11 @@
 5. *Run.* The Relax VM's ``main`` is called with the inputs as TVM tensors made by DLPack (no copy,
    no NumPy), and its outputs become torch tensors by DLPack again.
 
-Weights are arguments, not constants: the artifact depends only on the graph's structure and specs
-(what the fingerprint covers), so one cached library serves every set of weights.
+Weights the graph takes as placeholders are arguments: the artifact depends only on the graph's
+structure and specs (what the fingerprint covers), so one cached library serves every set of weights.
+A frozen inference graph (autotune/freeze.py) holds its weights as ``get_attr`` buffers instead;
+``torch.export`` lifts them and ``from_exported_program`` binds them as Relax constants (the library
+then holds the weights, and the frozen graph's fingerprint covers their values).
 
 Tuning (``mode="max-autotune"``) is in tuning.py.
 """

@@ -12,7 +12,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from torchmux.bench import cli as bench
 from torchmux.core.registry import get_registry
 
@@ -210,3 +209,56 @@ def test_assemble_reports_failures_and_geomean_skips_wrong_answers() -> None:
 def test_auto_split_is_a_system_of_its_own() -> None:
     systems, _ = bench.resolve_systems("auto,auto-split", "cpu")
     assert systems == ["eager", "torchmux:auto", "torchmux:auto-split"]
+
+
+def test_auto_is_reported_against_the_fastest_single_system() -> None:
+    """auto_vs_best on hand-written results: the best single system per model (wrong answers and
+    autos excluded), auto's ratio to it, and the geomeans; the table across settings shows both."""
+    from torchmux.bench.report import auto_table, format_report
+    from torchmux.bench.results import auto_vs_best
+
+    def lat(ms: float, matches: bool = True) -> dict:
+        return {"event": "compiled", "compile_s": 0.5, "matches": matches, "max_abs_diff": 0.0, "mismatch": None,
+                "notes": [], "calls_per_sample": 1, "samples": [ms / 1e3] * 3, "auto_choices": {"graph_0": "onnxruntime"}}
+
+    systems = ["eager", "inductor", "inductor-freezing", "onnxruntime-export", "torchmux:auto"]
+    cold = {s: {"ok": True, "first_call_s": 1.0, "notes": []} for s in systems}
+    models = {
+        "mlp": bench.assemble("mlp", systems, cold, {}, {"systems": {
+            "eager": lat(4.0), "inductor": lat(2.0), "inductor-freezing": lat(1.0, matches=False),
+            "onnxruntime-export": lat(1.6), "torchmux:auto": lat(1.5)}}, "cpu"),
+        "resnet": bench.assemble("resnet", systems, cold, {}, {"systems": {
+            "eager": lat(4.0), "inductor": lat(2.0), "inductor-freezing": lat(1.0),
+            "onnxruntime-export": lat(3.0), "torchmux:auto": lat(2.0)}}, "cpu"),
+    }
+    report = {"environment": {"device": "cpu", "device_name": "test cpu", "cpu_count": 2, "threads": 1, "torch": "x"},
+              "settings": {"systems": systems, "models": list(models), "batch_size": 1, "rounds": 3, "skipped_systems": {}},
+              "wall_s": 1.0, "complete": True, "models": models, "geomean": bench.geomeans(models, systems)}
+    cmp = auto_vs_best(report)
+    assert cmp["models"]["mlp"]["best"] == "onnxruntime-export"  # inductor-freezing answered wrong
+    assert cmp["models"]["mlp"]["auto_over_best"] == pytest.approx(1.5 / 1.6)
+    assert cmp["models"]["resnet"]["best"] == "inductor-freezing" and cmp["models"]["resnet"]["auto_over_best"] == 2.0
+    assert cmp["auto_over_best_geomean"] == pytest.approx((1.5 / 1.6 * 2.0) ** 0.5)
+    # against each system over the models where both matched: inductor-freezing only on resnet
+    assert cmp["auto_over_system_geomean"]["inductor-freezing"] == pytest.approx(2.0)
+    assert cmp["best_single"] == "inductor-freezing"
+    text = format_report(report)
+    assert "auto against the fastest single system" in text and "2.00x SLOWER" in text
+    table = "\n".join(auto_table({"1 thread(s), batch 1": report, "2 thread(s), batch 8": report}))
+    assert "0.94x (onnxruntime-export)" in table and "2 thread(s), batch 8" in table
+
+
+def test_outside_systems_are_in_the_default_set_and_the_export_system_runs() -> None:
+    """inductor-freezing and onnxruntime-export are contenders by default; the export system is ONNX
+    Runtime used directly (a real export and session) and answers as eager does."""
+    import torch
+    from torchmux.bench.run import make_compiled
+
+    systems, _ = bench.resolve_systems("default", "cpu")
+    assert "inductor-freezing" in systems
+    if "onnxruntime" not in get_registry().names or not get_registry().availability("onnxruntime").ok:
+        pytest.skip("onnxruntime is not available")
+    assert "onnxruntime-export" in systems
+    model, x = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU()).eval(), torch.randn(2, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(make_compiled("onnxruntime-export", model, 1)(x), model(x))

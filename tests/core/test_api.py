@@ -46,6 +46,29 @@ def test_auto_measures_candidates_and_picks_a_correct_one():
     assert any(name in placement for name in [r.name for r in torchmux.list_backends() if r.available])
 
 
+def test_explain_captures_without_placing_unless_a_backend_is_named():
+    """explain's default only captures: no backend is compiled or measured (it costs what
+    torch._dynamo.explain costs); backend= places."""
+    measured = []
+
+    class Spy:
+        @torchmux.hookimpl
+        def torchmux_candidate_measured(self, ir, backend, seconds, ok, reason):
+            measured.append(backend)
+
+    model, (x,) = build("mlp", 2)
+    spy = Spy()
+    torchmux.register_plugin(spy, name="explain-spy")
+    try:
+        report = torchmux.explain(model, x)
+        assert report.graph_count == 1 and report.graphs[0].aten_ops > 0
+        assert report.graphs[0].placements == [] and measured == []
+    finally:
+        from torchmux.core.registry import get_registry
+
+        get_registry().pm.unregister(spy)
+
+
 def test_torch_compile_reaches_torchmux_through_its_entry_point():
     model, (x,) = build("mlp", 2)
     with torch.no_grad():
