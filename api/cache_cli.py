@@ -40,13 +40,20 @@ MAX_MEMBER = 2 << 30  # 2 GiB: an ONNX model with its weights inside fits
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="torchmux cache", description="inspect and manage torchmux's cache "
-                                     f"(TORCHMUX_CACHE_DIR={settings.CACHE_DIR.get()})")
+    parser = argparse.ArgumentParser(
+        prog="torchmux cache",
+        description=f"inspect and manage torchmux's cache (TORCHMUX_CACHE_DIR={settings.CACHE_DIR.get()})",
+    )
     sub = parser.add_subparsers(dest="action", required=True)
     sub.add_parser("ls", help="decisions with their measurements, artifacts with their sizes and ages")
     clear = sub.add_parser("clear", help="delete the cache, or what is older than --older-than")
-    clear.add_argument("--older-than", type=_duration, default=None, metavar="AGE",
-                       help="e.g. 30m, 12h, 7d: keep what was written more recently")
+    clear.add_argument(
+        "--older-than",
+        type=_duration,
+        default=None,
+        metavar="AGE",
+        help="e.g. 30m, 12h, 7d: keep what was written more recently",
+    )
     exp = sub.add_parser("export", help="write decisions, ONNX models and tuning records to a bundle (tar.gz)")
     exp.add_argument("file", type=Path)
     imp = sub.add_parser("import", help="check a bundle and add what it holds to the cache")
@@ -91,16 +98,20 @@ def listing(root: Path) -> str:
             continue
         runs = ", ".join(f"{m.get('backend')} {_ms(m.get('seconds'))}" for m in record.get("measurements", []))
         split = " split" if record.get("plan") else ""
-        lines.append(f"  {path.stem[:12]}  {record.get('graph', '?'):<28} -> {record.get('backend')}{split}"
-                     f"  [{runs}]  {_age(now - path.stat().st_mtime)}")
+        lines.append(
+            f"  {path.stem[:12]}  {record.get('graph', '?'):<28} -> {record.get('backend')}{split}"
+            f"  [{runs}]  {_age(now - path.stat().st_mtime)}"
+        )
     lines.append("artifacts:")
     for backend in sorted(p for p in root.iterdir() if p.is_dir() and p.name != "decisions") if root.exists() else []:
         for entry in sorted(backend.iterdir()):
             files = [f for f in ([entry] if entry.is_file() else entry.rglob("*")) if f.is_file()]
             if files:
                 newest = max(f.stat().st_mtime for f in files)
-                lines.append(f"  {backend.name}/{entry.name:<34} {len(files):>3} files {_size(sum(f.stat().st_size for f in files)):>9}"
-                             f"  {_age(now - newest)}")
+                lines.append(
+                    f"  {backend.name}/{entry.name:<34} {len(files):>3} files {_size(sum(f.stat().st_size for f in files)):>9}"
+                    f"  {_age(now - newest)}"
+                )
     return "\n".join(lines)
 
 
@@ -162,8 +173,10 @@ def import_bundle(root: Path, source: Path) -> list[str]:
             if not m.isfile():
                 raise BundleError(f"{m.name!r} is not a plain file (links and devices are refused)")
             if not _kind(m.name):
-                raise BundleError(f"{m.name!r} is not something a bundle may hold (decisions, ONNX models and "
-                                  "TVM tuning records only; never a path outside the cache or an executable)")
+                raise BundleError(
+                    f"{m.name!r} is not something a bundle may hold (decisions, ONNX models and "
+                    "TVM tuning records only; never a path outside the cache or an executable)"
+                )
             if m.size > MAX_MEMBER:
                 raise BundleError(f"{m.name!r} is {_size(m.size)}, more than a bundle member may be")
             data = tar.extractfile(m).read()  # type: ignore[union-attr]
@@ -208,8 +221,11 @@ def _check_content(rel: str, data: bytes) -> None:
                 assert isinstance(m, dict) and isinstance(m.get("backend"), str)
                 assert m.get("seconds") is None or isinstance(m["seconds"], (int, float))
             plan = record.get("plan")
-            assert plan is None or (isinstance(plan, dict) and all(isinstance(c, int) for c in plan.get("cuts", []))
-                                    and all(isinstance(b, str) for b in plan.get("backends", [])))
+            assert plan is None or (
+                isinstance(plan, dict)
+                and all(isinstance(c, int) for c in plan.get("cuts", []))
+                and all(isinstance(b, str) for b in plan.get("backends", []))
+            )
         else:  # tuning records
             assert isinstance(record, dict) and isinstance(record.get("workloads"), dict)
     except (ValueError, AssertionError, AttributeError):
@@ -235,16 +251,31 @@ def format_stats(root: Path) -> str:
     except (OSError, ValueError):
         counts = {}
     on_disk = sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) if root.exists() else 0
-    c = {k: int(counts.get(k, 0)) for k in ("local_hits", "local_misses", "remote_hits", "remote_misses",
-                                             "remote_rejected", "remote_errors", "remote_writes",
-                                             "remote_bytes_read", "remote_bytes_written")}
+    c = {
+        k: int(counts.get(k, 0))
+        for k in (
+            "local_hits",
+            "local_misses",
+            "remote_hits",
+            "remote_misses",
+            "remote_rejected",
+            "remote_errors",
+            "remote_writes",
+            "remote_bytes_read",
+            "remote_bytes_written",
+        )
+    }
     remote = settings.REMOTE_CACHE.get() or "not configured (TORCHMUX_REMOTE_CACHE)"
-    return "\n".join([
-        f"local  {root}: {c['local_hits']} hits, {c['local_misses']} misses, {_size(on_disk)} on disk",
-        (f"remote {remote}: {c['remote_hits']} hits, {c['remote_misses']} misses, {c['remote_rejected']} rejected, "
-         f"{c['remote_errors']} errors; {_size(c['remote_bytes_read'])} read, "
-         f"{c['remote_writes']} writes ({_size(c['remote_bytes_written'])})"),
-    ])
+    return "\n".join(
+        [
+            f"local  {root}: {c['local_hits']} hits, {c['local_misses']} misses, {_size(on_disk)} on disk",
+            (
+                f"remote {remote}: {c['remote_hits']} hits, {c['remote_misses']} misses, {c['remote_rejected']} rejected, "
+                f"{c['remote_errors']} errors; {_size(c['remote_bytes_read'])} read, "
+                f"{c['remote_writes']} writes ({_size(c['remote_bytes_written'])})"
+            ),
+        ]
+    )
 
 
 # ------------------------------------------------------------------------------------------- helpers

@@ -52,8 +52,9 @@ def compile(
     Usable as a decorator, bare (``@torchmux.compile``) or with arguments (``@torchmux.compile(backend="eager")``).
     """
     if model is None:
-        return functools.partial(compile, fullgraph=fullgraph, dynamic=dynamic, backend=backend,
-                                 mode=mode, options=options, disable=disable)
+        return functools.partial(
+            compile, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode, options=options, disable=disable
+        )
     if not callable(model):
         raise BadArgumentError(f"compile() needs an nn.Module or a function, got {type(model).__name__}")
     for arg, value in (("fullgraph", fullgraph), ("disable", disable)):
@@ -105,8 +106,11 @@ def shared_backend(config: CompileConfig) -> TorchmuxDynamoBackend:
     ``torchmux.compile`` of a Sequential would silently run eagerly.
     """
     key = (
-        tuple(id(b) for b in config.backends), config.auto, config.mode,
-        repr(sorted(config.own.items())), repr(sorted((k, sorted(v.items())) for k, v in config.backend_options.items())),
+        tuple(id(b) for b in config.backends),
+        config.auto,
+        config.mode,
+        repr(sorted(config.own.items())),
+        repr(sorted((k, sorted(v.items())) for k, v in config.backend_options.items())),
     )
     if key not in _SHARED:
         _SHARED[key] = TorchmuxDynamoBackend(runner_factory(config))
@@ -166,7 +170,9 @@ def _numpy_runs_eagerly(fn: Callable[..., Any], original: Callable[..., Any]) ->
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
-        if any(type(a).__module__ == "numpy" for a in args) or any(type(v).__module__ == "numpy" for v in kwargs.values()):
+        if any(type(a).__module__ == "numpy" for a in args) or any(
+            type(v).__module__ == "numpy" for v in kwargs.values()
+        ):
             return original(*args, **kwargs)
         return fn(*args, **kwargs)
 

@@ -79,9 +79,15 @@ class ExplainReport:
             lines.append("")
             rows = [("graph", "torch ops", "aten ops", "kernels", "runs on")]
             for g in self.graphs:
-                rows.append((str(g.index), str(len(g.torch_ops)), str(g.aten_ops),
-                             "-" if g.kernels is None else str(g.kernels),
-                             g.error or "; ".join(g.placements) or "(not run)"))
+                rows.append(
+                    (
+                        str(g.index),
+                        str(len(g.torch_ops)),
+                        str(g.aten_ops),
+                        "-" if g.kernels is None else str(g.kernels),
+                        g.error or "; ".join(g.placements) or "(not run)",
+                    )
+                )
             widths = [max(len(r[i]) for r in rows) for i in range(4)]
             for j, r in enumerate(rows):
                 lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[4])
@@ -113,13 +119,19 @@ def graph_report(g: CapturedGraph) -> GraphReport:
         aten_ops = max(aten_ops, len(runner.ir.op_nodes))
         for d in runner.placements():
             p = d.chosen.placement
-            ms = "" if d.chosen.seconds != d.chosen.seconds or d.chosen.seconds == float("inf") else f" {d.chosen.seconds * 1e3:.3f} ms"
+            ms = (
+                ""
+                if d.chosen.seconds != d.chosen.seconds or d.chosen.seconds == float("inf")
+                else f" {d.chosen.seconds * 1e3:.3f} ms"
+            )
             split = f", {p.eager_summary}" if p is not None and p.ops_eager else ""
             placements.append(f"{runner.ir.phase}: {d.backend}{ms}{split}")
             measurements.append(f"graph {g.index} {runner.ir.phase}: " + " | ".join(m.summary for m in d.measurements))
             if p is not None and p.kernels is not None:
                 kernels = (kernels or 0) + p.kernels
-    return GraphReport(g.index, [_op_name(t) for t in g.torch_ops], aten_ops, placements, kernels, g.error, measurements)
+    return GraphReport(
+        g.index, [_op_name(t) for t in g.torch_ops], aten_ops, placements, kernels, g.error, measurements
+    )
 
 
 def last_measurements(report: ExplainReport) -> list[str]:
@@ -148,8 +160,14 @@ def report(recorder: Recorder, rewrites: list[str] | None = None) -> ExplainRepo
     reasons = break_reasons_of(recorder.graphs)
     if rewrites is None:
         rewrites = getattr(recorder, "rewrites", [])
-    return ExplainReport(len(recorder.graphs), len(reasons), reasons, [graph_report(g) for g in recorder.graphs],
-                         list(rewrites), not_captured(recorder, reasons))
+    return ExplainReport(
+        len(recorder.graphs),
+        len(reasons),
+        reasons,
+        [graph_report(g) for g in recorder.graphs],
+        list(rewrites),
+        not_captured(recorder, reasons),
+    )
 
 
 def explain(model: Any, *args: Any, backend: Any = None, mend: bool = True, **kwargs: Any) -> ExplainReport:
@@ -207,13 +225,19 @@ def not_captured(recorder: Recorder, breaks: list[BreakReason]) -> list[BreakRea
                 continue
             seen.add(first)
             where = _FILE_LINE.findall(message)
-            filename, line = (where[-1][0], int(where[-1][1])) if where else _entry_place(getattr(recorder, "entry", None))
+            filename, line = (
+                (where[-1][0], int(where[-1][1])) if where else _entry_place(getattr(recorder, "entry", None))
+            )
             detail = next((x.strip() for x in message.splitlines()[1:] if x.strip().startswith("Explanation:")), "")
-            out.append(BreakReason(f"frame skipped by Dynamo: {first}" + (f" ({detail})" if detail else ""), filename, line))
+            out.append(
+                BreakReason(f"frame skipped by Dynamo: {first}" + (f" ({detail})" if detail else ""), filename, line)
+            )
     for g in recorder.graphs:
         if g.error:
             filename, line = _graph_place(g)
-            out.append(BreakReason(f"graph {g.index} ran eagerly (torchmux could not normalize it: {g.error})", filename, line))
+            out.append(
+                BreakReason(f"graph {g.index} ran eagerly (torchmux could not normalize it: {g.error})", filename, line)
+            )
     return out
 
 

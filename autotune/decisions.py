@@ -29,13 +29,19 @@ from ..core.machine import machine_kind
 from ..core.records import decision_problem, set_aside
 
 
-def decision_key(ir: GraphIR, signature: tuple, candidates: Sequence[Any], mode: str | None, split: int = 0,
-                 frozen: bool = False) -> str:
+def decision_key(
+    ir: GraphIR, signature: tuple, candidates: Sequence[Any], mode: str | None, split: int = 0, frozen: bool = False
+) -> str:
     """``frozen``: the decision is for the graph's frozen twin (freeze.py); ``ir`` is the unfrozen graph, so
     the key names its structure, not its weights' values."""
     parts = [
-        ir.fingerprint(), repr(signature), mode or "default", torch.__version__, f"split={split}",
-        f"torchmux={_torchmux_version()}", machine_kind(_device_type(signature)),
+        ir.fingerprint(),
+        repr(signature),
+        mode or "default",
+        torch.__version__,
+        f"split={split}",
+        f"torchmux={_torchmux_version()}",
+        machine_kind(_device_type(signature)),
         ",".join(sorted(f"{b.name}={_version(b)}" for b in candidates)),
     ] + (["frozen"] if frozen else [])
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]

@@ -52,8 +52,9 @@ _tuned: dict[tuple, int] = {}
 
 def key_for(ir: GraphIR, signature: tuple, mode: str | None) -> str:
     """The same string on every rank for the same graph, input signature and mode (see the docstring)."""
-    plain = tuple((tuple(e[0]), str(e[1]), e[2].type) if len(e) == 3 and hasattr(e[2], "type") else repr(e)
-                  for e in signature)
+    plain = tuple(
+        (tuple(e[0]), str(e[1]), e[2].type) if len(e) == 3 and hasattr(e[2], "type") else repr(e) for e in signature
+    )
     what = (ir.name, ",".join(str(n.target) for n in ir.op_nodes), plain, mode)
     n = _tuned.setdefault(what, len(_tuned))
     return hashlib.sha256(repr((n, *what)).encode()).hexdigest()[:32]

@@ -81,7 +81,9 @@ def freeze(ir: GraphIR, args: Sequence[Any]) -> GraphIR:
     kinds = [k for k in ir.input_kinds if k not in WEIGHT_KINDS]
     frozen = GraphIR(gm, kinds, name=f"{ir.name}_frozen", phase=ir.phase).lint()
     # artifacts keyed by fingerprint hold the weights now: the fingerprint must name them
-    frozen._fingerprint = hashlib.sha256(f"{frozen.fingerprint()}|weights={digest.hexdigest()}".encode()).hexdigest()[:32]
+    frozen._fingerprint = hashlib.sha256(f"{frozen.fingerprint()}|weights={digest.hexdigest()}".encode()).hexdigest()[
+        :32
+    ]
     return frozen
 
 
@@ -100,8 +102,9 @@ class FrozenCall:
 
     __slots__ = ("_user", "_weights", "fn", "on_change", "tensors", "versions")
 
-    def __init__(self, fn: Callable[..., Any], ir: GraphIR, args: Sequence[Any],
-                 on_change: Callable[[Sequence[Any]], Any]) -> None:
+    def __init__(
+        self, fn: Callable[..., Any], ir: GraphIR, args: Sequence[Any], on_change: Callable[[Sequence[Any]], Any]
+    ) -> None:
         self.fn = fn
         weights = weight_positions(ir)
         self._weights = _picker(weights)
@@ -111,7 +114,10 @@ class FrozenCall:
         self.on_change = on_change
 
     def unchanged(self, args: Sequence[Any]) -> bool:
-        return not any(map(is_not, self._weights(args), self.tensors)) and tuple(map(_VERSION, self.tensors)) == self.versions
+        return (
+            not any(map(is_not, self._weights(args), self.tensors))
+            and tuple(map(_VERSION, self.tensors)) == self.versions
+        )
 
     def __call__(self, *args: Any) -> Any:
         if not self.unchanged(args):

@@ -21,8 +21,16 @@ from .tuner import Measurement, short_error
 
 
 class Guard:
-    def __init__(self, ir: GraphIR, signature: tuple, keyed: Sequence[int], policy: str,
-                 ranked: Sequence[Measurement], fallback: Callable[[], Measurement], checked_first: bool) -> None:
+    def __init__(
+        self,
+        ir: GraphIR,
+        signature: tuple,
+        keyed: Sequence[int],
+        policy: str,
+        ranked: Sequence[Measurement],
+        fallback: Callable[[], Measurement],
+        checked_first: bool,
+    ) -> None:
         self.ir, self.signature, self.keyed, self.policy = ir, signature, list(keyed), policy
         self._ranked = [m for m in ranked if m.ok and m.placement is not None]  # fastest first
         self._fallback = fallback
@@ -98,6 +106,9 @@ class Guard:
             verify.remember_demotion(self.ir, self.signature, get_registry().get(bad), reason)
         self._ranked = self._ranked[1:]
         self._select()
-        warn_at(f"torchmux: backend {bad!r} demoted on graph {self.ir.name} ({len(self.ir.op_nodes)} ops): {reason}. "
-                f"Running it on {self.chosen.backend} from now on.", TorchmuxFallbackWarning)
+        warn_at(
+            f"torchmux: backend {bad!r} demoted on graph {self.ir.name} ({len(self.ir.op_nodes)} ops): {reason}. "
+            f"Running it on {self.chosen.backend} from now on.",
+            TorchmuxFallbackWarning,
+        )
         return self(*args) if args is not None else None

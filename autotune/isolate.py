@@ -63,7 +63,15 @@ def _key(ir: GraphIR, signature: tuple, backend: Any, mode: str | None) -> str:
         version = str(backend.version)
     except Exception:  # noqa: BLE001 -- a backend's fault of any kind is a measurement, never the user's crash
         version = "?"
-    parts = [ir.fingerprint(), repr(signature), backend.name, version, mode or "default", torch.__version__, __version__]
+    parts = [
+        ir.fingerprint(),
+        repr(signature),
+        backend.name,
+        version,
+        mode or "default",
+        torch.__version__,
+        __version__,
+    ]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
 
@@ -82,15 +90,25 @@ def remembered(key: str) -> dict[str, Any] | None:
     return None
 
 
-def trial(ir: GraphIR, signature: tuple, backend: Any, args: Sequence[Any], *, mode: str | None,
-          options: dict[str, Any], deadline: float) -> tuple[bool, str] | None:
+def trial(
+    ir: GraphIR,
+    signature: tuple,
+    backend: Any,
+    args: Sequence[Any],
+    *,
+    mode: str | None,
+    options: dict[str, Any],
+    deadline: float,
+) -> tuple[bool, str] | None:
     """(ok, reason) for ``backend`` on this graph, from the disk or from a child; None: cannot isolate it."""
     key = _key(ir, signature, backend, mode)
     if (old := remembered(key)) is not None:
         return old["ok"], old["reason"]
     registry = get_registry()
     plugin = registry.plugin_of(backend.name)
-    if plugin is None or (registry.package_of(backend.name) == "(registered at run time)" and plugin not in sys.modules):
+    if plugin is None or (
+        registry.package_of(backend.name) == "(registered at run time)" and plugin not in sys.modules
+    ):
         return None  # an object registered at run time: a child could not rebuild it, so starting one is wasted
     verdict = _run_child(ir, backend.name, plugin, args, mode, options, deadline)
     if verdict is None:
@@ -102,22 +120,35 @@ def trial(ir: GraphIR, signature: tuple, backend: Any, args: Sequence[Any], *, m
     return verdict
 
 
-def _run_child(ir: GraphIR, name: str, plugin: str, args: Sequence[Any], mode: str | None,
-               options: dict[str, Any], deadline: float) -> tuple[bool, str] | None:
+def _run_child(
+    ir: GraphIR, name: str, plugin: str, args: Sequence[Any], mode: str | None, options: dict[str, Any], deadline: float
+) -> tuple[bool, str] | None:
     fd, path = tempfile.mkstemp(prefix="torchmux-trial-", suffix=".pt")
     os.close(fd)
     try:
-        payload = {"gm": ir.gm, "kinds": ir.input_kinds, "name": ir.name, "backend": name, "plugin": plugin,
-                   "args": [a.detach().cpu().clone() if isinstance(a, torch.Tensor) else a for a in args],
-                   "device": [a.device.type if isinstance(a, torch.Tensor) else None for a in args],
-                   "mode": mode, "options": options}
+        payload = {
+            "gm": ir.gm,
+            "kinds": ir.input_kinds,
+            "name": ir.name,
+            "backend": name,
+            "plugin": plugin,
+            "args": [a.detach().cpu().clone() if isinstance(a, torch.Tensor) else a for a in args],
+            "device": [a.device.type if isinstance(a, torch.Tensor) else None for a in args],
+            "mode": mode,
+            "options": options,
+        }
         try:
             torch.save(payload, path)
         except Exception:  # noqa: BLE001 -- a backend's fault of any kind is a measurement, never the user's crash
             return None  # a graph that does not pickle is tried in-process
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-        child = subprocess.Popen([sys.executable, "-m", "torchmux.autotune.isolate", path], env=env,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE if os.environ.get("TORCHMUX_DEBUG_TRIALS") else subprocess.DEVNULL, text=True)
+        child = subprocess.Popen(
+            [sys.executable, "-m", "torchmux.autotune.isolate", path],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE if os.environ.get("TORCHMUX_DEBUG_TRIALS") else subprocess.DEVNULL,
+            text=True,
+        )
         return _wait(child, deadline)
     finally:
         os.unlink(path)
@@ -195,12 +226,25 @@ def _child(path: str) -> None:
     print(json.dumps(verdict), flush=True)
 
 
-def screen(ir: GraphIR, signature: tuple, candidates: Sequence[Any], args: Sequence[Any], *, mode: str | None,
-           options: Callable[[str], dict[str, Any]], isolation: str, deadline: float) -> tuple[list[Any], list[tuple[str, str]]]:
+def screen(
+    ir: GraphIR,
+    signature: tuple,
+    candidates: Sequence[Any],
+    args: Sequence[Any],
+    *,
+    mode: str | None,
+    options: Callable[[str], dict[str, Any]],
+    isolation: str,
+    deadline: float,
+) -> tuple[list[Any], list[tuple[str, str]]]:
     """Split ``candidates`` into those safe to run in-process and (name, reason) for those that crashed or hung."""
     safe, failed = [], []
     for b in candidates:
-        verdict = trial(ir, signature, b, args, mode=mode, options=options(b.name), deadline=deadline) if wanted(b, isolation) else None
+        verdict = (
+            trial(ir, signature, b, args, mode=mode, options=options(b.name), deadline=deadline)
+            if wanted(b, isolation)
+            else None
+        )
         if verdict is not None and not verdict[0]:
             failed.append((b.name, verdict[1]))
         else:

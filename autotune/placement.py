@@ -27,8 +27,23 @@ from ..core.backend import PHASES, Backend, CompileRequest, kernel_count_of
 from ..core.ir import GraphIR, op_name
 
 # Ops that move no data: a region made only of these is not worth a backend call.
-_TRIVIAL = {"view", "_unsafe_view", "reshape", "expand", "permute", "t", "squeeze", "unsqueeze", "getitem",
-            "slice", "select", "alias", "detach", "transpose", "clone"}
+_TRIVIAL = {
+    "view",
+    "_unsafe_view",
+    "reshape",
+    "expand",
+    "permute",
+    "t",
+    "squeeze",
+    "unsqueeze",
+    "getitem",
+    "slice",
+    "select",
+    "alias",
+    "detach",
+    "transpose",
+    "clone",
+}
 
 
 @dataclass
@@ -48,7 +63,7 @@ class Placement:
 
     @property
     def eager_summary(self) -> str:
-        """"3 ops eager (aten.sort.default x2, aten.nonzero.default)", or "" when none are."""
+        """ "3 ops eager (aten.sort.default x2, aten.nonzero.default)", or "" when none are."""
         if not self.ops_eager:
             return ""
         counts = Counter(self.eager_ops)
@@ -156,8 +171,14 @@ def build_placement(
 
     names = sorted({_base_name(n) for n in rejected})
     return Placement(
-        backend.name, run, on_backend, n_ops - on_backend, len(calls), time.perf_counter() - t0,
-        kernels=kernels or None, notes=[f"ran eagerly (not claimed): {', '.join(names[:8])}{'...' if len(names) > 8 else ''}"],
+        backend.name,
+        run,
+        on_backend,
+        n_ops - on_backend,
+        len(calls),
+        time.perf_counter() - t0,
+        kernels=kernels or None,
+        notes=[f"ran eagerly (not claimed): {', '.join(names[:8])}{'...' if len(names) > 8 else ''}"],
         eager_ops=eager_ops,
     )
 

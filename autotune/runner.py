@@ -38,8 +38,7 @@ def _signature(args: Sequence[Any], keyed: Sequence[int]) -> tuple:
     """What a decision is keyed on: shape, dtype and device of the inputs at ``keyed`` (the user's
     inputs, not parameters or buffers), the value of a non-tensor input (a SymInt's size)."""
     return tuple(
-        (a.shape, a.dtype, a.device) if isinstance(a, torch.Tensor) else (type(a), a)
-        for a in [args[i] for i in keyed]
+        (a.shape, a.dtype, a.device) if isinstance(a, torch.Tensor) else (type(a), a) for a in [args[i] for i in keyed]
     )
 
 
@@ -141,14 +140,23 @@ class GraphRunner:
     def _decide_on(self, ir: GraphIR, sig: tuple, args: Sequence[Any], frozen: bool = False) -> Any:
         config = self.config
         candidates = self._candidates(args)
-        demotions = [Measurement(b.name, math.inf, False, f"demoted earlier: {why}") for b in candidates
-                     if (why := verify.demoted(ir, sig, b))]
+        demotions = [
+            Measurement(b.name, math.inf, False, f"demoted earlier: {why}")
+            for b in candidates
+            if (why := verify.demoted(ir, sig, b))
+        ]
         candidates = [b for b in candidates if b.name not in {m.backend for m in demotions}]
         if config.auto and len(candidates) > 1:  # isolate.py: a crash or hang in a new candidate stays in a child
             candidates, unsafe = isolate.screen(
-                ir, sig, candidates, args, mode=config.mode, options=config.options_for,
+                ir,
+                sig,
+                candidates,
+                args,
+                mode=config.mode,
+                options=config.options_for,
                 isolation=config.get("isolate") or settings.ISOLATE.get(),
-                deadline=float(config.get("trial_deadline") or settings.TRIAL_DEADLINE.get()))
+                deadline=float(config.get("trial_deadline") or settings.TRIAL_DEADLINE.get()),
+            )
             demotions += [Measurement(name, math.inf, False, why) for name, why in unsafe]
         registry = get_registry()
         tuned = config.auto and len(candidates) > 1
@@ -159,8 +167,9 @@ class GraphRunner:
             placement = build_placement(ir, candidates[0], args, mode=config.mode, options={})
             decision = Decision(Measurement("eager", math.nan, True, placement=placement), [])
         elif role == "follower":  # rank 0 chose (distributed.py); run its choice, checked
-            decision = (self._remembered(ir, sig, candidates, args, frozen, distributed.receive(rank_key))
-                        or self._rank0_failed(ir, args))
+            decision = self._remembered(
+                ir, sig, candidates, args, frozen, distributed.receive(rank_key)
+            ) or self._rank0_failed(ir, args)
         elif (rebuilt := self._rebuilt(ir, sig, candidates, args)) is not None:
             decision = rebuilt
         elif config.auto and (remembered := self._remembered(ir, sig, candidates, args, frozen)) is not None:
@@ -172,10 +181,21 @@ class GraphRunner:
             built = [b for b in candidates if b.name not in left_out]
             bar = progress.for_graph(ir.name, len(candidates)) if tuned else None
             try:
-                results = demotions + measure(
-                    ir, built, args, mode=config.mode, options=config.options_for,
-                    time_budget=float(config.get("autotune_budget")), timed=config.auto, progress=bar,
-                ) if checked else self._unverified(ir, built, args)
+                results = (
+                    demotions
+                    + measure(
+                        ir,
+                        built,
+                        args,
+                        mode=config.mode,
+                        options=config.options_for,
+                        time_budget=float(config.get("autotune_budget")),
+                        timed=config.auto,
+                        progress=bar,
+                    )
+                    if checked
+                    else self._unverified(ir, built, args)
+                )
             finally:
                 if bar is not None:
                     bar.close()
@@ -183,18 +203,28 @@ class GraphRunner:
                 screen.remember(ir, results, device)
                 results = list(results) + [Measurement(name, math.inf, False, why) for name, why in left_out.items()]
             if config.auto and config.split_segments and len(candidates) > 1 and ir.is_static:
-                split = try_split(ir, results, candidates, args, segments=config.split_segments,
-                                  mode=config.mode, options=config.options_for,
-                                  time_budget=float(config.get("autotune_budget")))
+                split = try_split(
+                    ir,
+                    results,
+                    candidates,
+                    args,
+                    segments=config.split_segments,
+                    mode=config.mode,
+                    options=config.options_for,
+                    time_budget=float(config.get("autotune_budget")),
+                )
                 results = list(results) + ([split] if split is not None else [])
             for m in results:
-                registry.notify("torchmux_candidate_measured", ir=ir, backend=m.backend,
-                                seconds=m.seconds, ok=m.ok, reason=m.reason)
+                registry.notify(
+                    "torchmux_candidate_measured", ir=ir, backend=m.backend, seconds=m.seconds, ok=m.ok, reason=m.reason
+                )
             best = choose(results)
             failed = [m for m in results if not m.ok]
             if not candidates and not demotions:
-                why = (f"backend {config.names[0]!r} does not run on {args[0].device.type if args else '?'}"
-                       f"{' or with symbolic shapes' if not ir.is_static else ''}")
+                why = (
+                    f"backend {config.names[0]!r} does not run on {args[0].device.type if args else '?'}"
+                    f"{' or with symbolic shapes' if not ir.is_static else ''}"
+                )
                 failed = [Measurement(config.names[0], math.inf, False, why)]
             if best is None:
                 best = self._eager_fallback(ir, args)
@@ -204,24 +234,41 @@ class GraphRunner:
                     f"torchmux: on graph {ir.name} ({len(ir.op_nodes)} ops), "
                     + "; ".join(f"{m.backend} {m.reason}" for m in failed)
                     + f". Running it on {best.backend} instead.",
-                    TorchmuxFallbackWarning, self._where,
+                    TorchmuxFallbackWarning,
+                    self._where,
                 )
             decision = Decision(best, list(results))
             if tuned and best.ok:
                 cache.store(key, self._record(decision))
-                progress.summary(f"{ir.name}: {decision.backend} won among {len(candidates)} backends ("
-                                 + ", ".join(m.summary for m in results) + ")")
+                progress.summary(
+                    f"{ir.name}: {decision.backend} won among {len(candidates)} backends ("
+                    + ", ".join(m.summary for m in results)
+                    + ")"
+                )
         if role == "leader":
             distributed.publish(rank_key, self._record(decision))
         if settings.VERBOSE.get():
-            print(f"[torchmux] {ir.name} {list(sig)[:2]}: "
-                  + " | ".join(m.summary for m in decision.measurements) + f" -> {decision.backend}", file=sys.stderr)
+            print(
+                f"[torchmux] {ir.name} {list(sig)[:2]}: "
+                + " | ".join(m.summary for m in decision.measurements)
+                + f" -> {decision.backend}",
+                file=sys.stderr,
+            )
         self.decisions[sig] = decision
-        ranked = [decision.chosen] + sorted((m for m in decision.measurements if m is not decision.chosen and m.ok),
-                                            key=lambda m: m.seconds if m.seconds == m.seconds else math.inf)
+        ranked = [decision.chosen] + sorted(
+            (m for m in decision.measurements if m is not decision.chosen and m.ok),
+            key=lambda m: m.seconds if m.seconds == m.seconds else math.inf,
+        )
         keyed = [i for i, kind in enumerate(ir.input_kinds) if kind == "input"]
-        return Guard(ir, sig, keyed, verify.policy_of(config.get("verify")), ranked,
-                     lambda: self._eager_fallback(ir, args), checked_first=False)
+        return Guard(
+            ir,
+            sig,
+            keyed,
+            verify.policy_of(config.get("verify")),
+            ranked,
+            lambda: self._eager_fallback(ir, args),
+            checked_first=False,
+        )
 
     def _record(self, decision: Decision) -> dict[str, Any]:
         """A decision as the cache, the fleet and the other ranks keep it (JSON)."""
@@ -229,14 +276,25 @@ class GraphRunner:
         return {
             "backend": best.backend,
             "plan": best.placement.plan if best.placement else None,
-            "graph": self.ir.name, "ops": len(self.ir.op_nodes), "created": time.time(),
-            "measurements": [{"backend": m.backend, "seconds": m.seconds if m.ok and math.isfinite(m.seconds) else None,
-                              "reason": m.reason} for m in decision.measurements],
+            "graph": self.ir.name,
+            "ops": len(self.ir.op_nodes),
+            "created": time.time(),
+            "measurements": [
+                {
+                    "backend": m.backend,
+                    "seconds": m.seconds if m.ok and math.isfinite(m.seconds) else None,
+                    "reason": m.reason,
+                }
+                for m in decision.measurements
+            ],
         }
 
     def _rank0_failed(self, ir: GraphIR, args: Sequence[Any]) -> Decision:
-        warnings.warn(f"torchmux: rank 0's choice for graph {ir.name} fails on this rank; running it eagerly",
-                      TorchmuxFallbackWarning, stacklevel=3)
+        warnings.warn(
+            f"torchmux: rank 0's choice for graph {ir.name} fails on this rank; running it eagerly",
+            TorchmuxFallbackWarning,
+            stacklevel=3,
+        )
         best = self._eager_fallback(ir, args)
         return Decision(best, [best])
 
@@ -253,12 +311,17 @@ class GraphRunner:
                 f"torchmux: graph {self.ir.name} at sizes {symbol_values(self.ir, args)}: no backend of "
                 f"{self.config.names} ran it ({'; '.join(f'{m.backend} {m.reason}' for m in failed if not m.ok) or 'none runs here'}). "
                 "Running it eagerly; a backend with dynamic_shapes (torchmux list) compiles it once for every size.",
-                TorchmuxFallbackWarning, stacklevel=3,
+                TorchmuxFallbackWarning,
+                stacklevel=3,
             )
         if settings.VERBOSE.get():
             key = describe_range(size_range(symbol_values(self.ir, args)))
-            print(f"[torchmux] {self.ir.name} ({key}): "
-                  + " | ".join(m.summary for m in decision.measurements) + f" -> {decision.backend}", file=sys.stderr)
+            print(
+                f"[torchmux] {self.ir.name} ({key}): "
+                + " | ".join(m.summary for m in decision.measurements)
+                + f" -> {decision.backend}",
+                file=sys.stderr,
+            )
         self.decisions[sig] = decision
         self._fns[sig] = fn
         return fn
@@ -270,33 +333,60 @@ class GraphRunner:
         if winner is None:
             return None
         chosen = measure(ir, [winner], args, mode=self.config.mode, options=self.config.options_for, timed=False)[0]
-        return Decision(chosen, [chosen] + [m for m in self.decisions[sig].measurements if m.backend != name]) if chosen.ok else None
+        return (
+            Decision(chosen, [chosen] + [m for m in self.decisions[sig].measurements if m.backend != name])
+            if chosen.ok
+            else None
+        )
 
-    def _remembered(self, ir: GraphIR, sig: tuple, candidates: list, args: Sequence[Any], frozen: bool = False,
-                    record: dict[str, Any] | None = None) -> Decision | None:
+    def _remembered(
+        self,
+        ir: GraphIR,
+        sig: tuple,
+        candidates: list,
+        args: Sequence[Any],
+        frozen: bool = False,
+        record: dict[str, Any] | None = None,
+    ) -> Decision | None:
         """The winner a previous process (or rank 0: ``record``) measured for this graph, signature and
         candidate set, if it is still correct; None sends the graph through the full measurement."""
         if len(candidates) < 2:
             return None
         config = self.config
         if record is None:
-            record = cache.load(cache.decision_key(self.ir, sig, candidates, config.mode, config.split_segments, frozen))
+            record = cache.load(
+                cache.decision_key(self.ir, sig, candidates, config.mode, config.split_segments, frozen)
+            )
         if not record:
             return None
         if record.get("plan"):
             chosen = self._remembered_split(ir, record["plan"], candidates, args)
         else:
             winner = next((b for b in candidates if b.name == record.get("backend")), None)
-            chosen = winner and measure(ir, [winner], args, mode=config.mode,
-                                        options=config.options_for, timed=False)[0]
+            chosen = (
+                winner and measure(ir, [winner], args, mode=config.mode, options=config.options_for, timed=False)[0]
+            )
         if chosen is None or not chosen.ok:
             return None
         try:
-            remembered = [Measurement(m["backend"], m["seconds"] if m["seconds"] is not None else math.inf,
-                                      m["seconds"] is not None, m.get("reason", "") or "(remembered)")
-                          for m in record.get("measurements", []) if m["backend"] != chosen.backend]
-            chosen.seconds = next((m["seconds"] for m in record.get("measurements", [])
-                                   if m["backend"] == chosen.backend and m["seconds"] is not None), math.nan)
+            remembered = [
+                Measurement(
+                    m["backend"],
+                    m["seconds"] if m["seconds"] is not None else math.inf,
+                    m["seconds"] is not None,
+                    m.get("reason", "") or "(remembered)",
+                )
+                for m in record.get("measurements", [])
+                if m["backend"] != chosen.backend
+            ]
+            chosen.seconds = next(
+                (
+                    m["seconds"]
+                    for m in record.get("measurements", [])
+                    if m["backend"] == chosen.backend and m["seconds"] is not None
+                ),
+                math.nan,
+            )
         except (KeyError, TypeError, AttributeError):  # a damaged record still names a checked winner
             remembered = []
         return Decision(chosen, [chosen] + remembered)
@@ -305,8 +395,9 @@ class GraphRunner:
         """Rebuild a remembered split (each piece on the backend it won), checked, not timed."""
         plan = Plan.from_record(record)
         try:
-            placement = plan and build_split(ir, plan, candidates, args, mode=self.config.mode,
-                                             options=self.config.options_for)
+            placement = plan and build_split(
+                ir, plan, candidates, args, mode=self.config.mode, options=self.config.options_for
+            )
             if not placement or verify.check_call(ir, placement.fn, args, twice=True)[1]:
                 return None
         except Exception:

@@ -64,8 +64,10 @@ def skipped(ir: GraphIR, candidates: Sequence[Any], device: str, mode: str | Non
         ratio = _load(b.name).get(kind)
         if ratio is not None and ratio <= KEEP_WITHIN:
             continue
-        seen = f"it ran {ratio:.1f}x the winner's time on a graph of this kind here" if ratio else "untuned it cannot win"
-        out[b.name] = (f"not built: needs tuning on {device} and {seen} (mode='max-autotune' builds and tunes it)")
+        seen = (
+            f"it ran {ratio:.1f}x the winner's time on a graph of this kind here" if ratio else "untuned it cannot win"
+        )
+        out[b.name] = f"not built: needs tuning on {device} and {seen} (mode='max-autotune' builds and tunes it)"
     return out
 
 

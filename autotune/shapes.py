@@ -31,7 +31,8 @@ ONNX Runtime for large ones, say).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -94,8 +95,11 @@ def specialize(ir: GraphIR, args: Sequence[Any]) -> tuple[GraphIR, list[int]]:
 
 
 def signature_text(args: Sequence[Any]) -> str:
-    return ",".join("x".join(map(str, a.shape)) if isinstance(a, torch.Tensor) else str(a) for a in args
-                    if not (isinstance(a, torch.Tensor) and a.dim() == 0))
+    return ",".join(
+        "x".join(map(str, a.shape)) if isinstance(a, torch.Tensor) else str(a)
+        for a in args
+        if not (isinstance(a, torch.Tensor) and a.dim() == 0)
+    )
 
 
 class SymbolicChooser:
@@ -136,7 +140,8 @@ class SymbolicChooser:
         if backend.name not in self.compiled:
             try:
                 self.compiled[backend.name] = build_placement(
-                    self.ir, backend, args, mode=self.config.mode, options=self.config.options_for(backend.name))
+                    self.ir, backend, args, mode=self.config.mode, options=self.config.options_for(backend.name)
+                )
                 self.compiles[backend.name] = self.compiles.get(backend.name, 0) + 1
             except Exception as e:
                 from .tuner import short_error
@@ -149,12 +154,19 @@ class SymbolicChooser:
         from .placement import build_placement
 
         if self.specialized.get(backend.name, 0) >= SPECIALIZE_LIMIT:
-            raise RuntimeError(f"already specialized for {SPECIALIZE_LIMIT} signatures (its limit; it needs static shapes)")
+            raise RuntimeError(
+                f"already specialized for {SPECIALIZE_LIMIT} signatures (its limit; it needs static shapes)"
+            )
         self.specialized[backend.name] = self.specialized.get(backend.name, 0) + 1
         static, keep = specialize(self.ir, args)
         self.compiles[backend.name] = self.compiles.get(backend.name, 0) + 1
-        placement = build_placement(static, backend, [args[i] for i in keep], mode=self.config.mode,
-                                    options=self.config.options_for(backend.name))
+        placement = build_placement(
+            static,
+            backend,
+            [args[i] for i in keep],
+            mode=self.config.mode,
+            options=self.config.options_for(backend.name),
+        )
         inner = placement.fn
         placement.fn = lambda *a: inner(*[a[i] for i in keep])  # the integer inputs are constants of it
         return placement
@@ -170,8 +182,11 @@ class SymbolicChooser:
         config = self.config
         if any(takes_symbolic(b) for b in candidates) and config.auto:
             candidates = [b for b in candidates if takes_symbolic(b)]  # see the module docstring
-        remembered = cache.load(cache.decision_key(self.ir, ("range", key), candidates, config.mode)) \
-            if config.auto and len(candidates) > 1 else None
+        remembered = (
+            cache.load(cache.decision_key(self.ir, ("range", key), candidates, config.mode))
+            if config.auto and len(candidates) > 1
+            else None
+        )
         if remembered and any(b.name == remembered.get("backend") and takes_symbolic(b) for b in candidates):
             candidates = [b for b in candidates if b.name == remembered["backend"]]  # compile only the winner
         reference = self.ir.run_reference(*args)
@@ -189,7 +204,9 @@ class SymbolicChooser:
                         placement = self._static_placement(b, args)
                         symbolic = False
                     except Exception as e2:
-                        results.append(Measurement(b.name, math.inf, False, f"{reason}; specialized: {short_error(e2)}"))
+                        results.append(
+                            Measurement(b.name, math.inf, False, f"{reason}; specialized: {short_error(e2)}")
+                        )
                         continue
                 else:
                     results.append(Measurement(b.name, math.inf, False, reason))
@@ -216,18 +233,30 @@ class SymbolicChooser:
         from ..core.registry import get_registry
 
         for m in results:
-            get_registry().notify("torchmux_candidate_measured", ir=self.ir, backend=m.backend,
-                                  seconds=m.seconds, ok=m.ok, reason=m.reason)
+            get_registry().notify(
+                "torchmux_candidate_measured",
+                ir=self.ir,
+                backend=m.backend,
+                seconds=m.seconds,
+                ok=m.ok,
+                reason=m.reason,
+            )
         if best is None:  # nothing ran it right: the graph's own ops, eagerly (the runner warns)
             return None, None, None  # type: ignore[return-value]
         best_symbolic = choose([m for m in results if m.ok and not own[m.backend]])
         decision = Decision(best, results)
         if config.auto and len(candidates) > 1:
-            cache.store(cache.decision_key(self.ir, ("range", key), candidates, config.mode), {
-                "backend": best.backend, "range": describe_range(key),
-                "measurements": [{"backend": m.backend, "seconds": m.seconds if m.ok else None, "reason": m.reason}
-                                 for m in results],
-            })
+            cache.store(
+                cache.decision_key(self.ir, ("range", key), candidates, config.mode),
+                {
+                    "backend": best.backend,
+                    "range": describe_range(key),
+                    "measurements": [
+                        {"backend": m.backend, "seconds": m.seconds if m.ok else None, "reason": m.reason}
+                        for m in results
+                    ],
+                },
+            )
         own_sig = None
         if own.get(best.backend):
             from .runner import _signature

@@ -190,8 +190,14 @@ class Plan:
 
 
 def place_segments(
-    ir: GraphIR, backends: Sequence[Backend], args: Sequence[Any], *, segments: int, mode: str | None,
-    options: Callable[[str], dict[str, Any]], time_budget: float,
+    ir: GraphIR,
+    backends: Sequence[Backend],
+    args: Sequence[Any],
+    *,
+    segments: int,
+    mode: str | None,
+    options: Callable[[str], dict[str, Any]],
+    time_budget: float,
 ) -> tuple[Plan, list[Segment]] | None:
     """Cut ``ir`` into up to ``segments`` pieces and measure every backend on each (compiled, checked
     against the piece's reference, timed). Returns the plan of each piece's winner, merged, or ``None``
@@ -200,12 +206,19 @@ def place_segments(
     if not cuts:
         return None
     _, pieces = split(ir, cuts, args)
-    done = [Segment(p.ir, measure(p.ir, backends, p.args, mode=mode, options=options,
-                                  time_budget=time_budget / len(pieces))) for p in pieces]
+    done = [
+        Segment(
+            p.ir, measure(p.ir, backends, p.args, mode=mode, options=options, time_budget=time_budget / len(pieces))
+        )
+        for p in pieces
+    ]
     if settings.VERBOSE.get():
         for seg in done:
-            print(f"[torchmux]   {seg.ir.name} ({len(seg.ir.op_nodes)} ops): "
-                  + " | ".join(m.summary for m in seg.measurements), file=sys.stderr)
+            print(
+                f"[torchmux]   {seg.ir.name} ({len(seg.ir.op_nodes)} ops): "
+                + " | ".join(m.summary for m in seg.measurements),
+                file=sys.stderr,
+            )
     winners = [seg.chosen for seg in done]
     if any(w is None for w in winners):
         return None
@@ -214,7 +227,12 @@ def place_segments(
 
 
 def build_split(
-    ir: GraphIR, plan: Plan, backends: Sequence[Backend], args: Sequence[Any], *, mode: str | None,
+    ir: GraphIR,
+    plan: Plan,
+    backends: Sequence[Backend],
+    args: Sequence[Any],
+    *,
+    mode: str | None,
     options: Callable[[str], dict[str, Any]],
 ) -> Placement | None:
     """Compile ``ir`` cut as ``plan`` says, each piece on its backend (each piece checked against its
@@ -237,13 +255,16 @@ def build_split(
         return list(forward(*a))
 
     return Placement(
-        label(plan.backends), run,
+        label(plan.backends),
+        run,
         ops_on_backend=sum(p.ops_on_backend for p in placements),
         ops_eager=sum(p.ops_eager for p in placements),
         regions=sum(p.regions for p in placements),
         compile_seconds=time.perf_counter() - t0,
-        notes=["pieces: " + ", ".join(f"{len(piece.ir.op_nodes)} ops on {name}"
-                                      for piece, name in zip(pieces, plan.backends))],
+        notes=[
+            "pieces: "
+            + ", ".join(f"{len(piece.ir.op_nodes)} ops on {name}" for piece, name in zip(pieces, plan.backends))
+        ],
         plan=plan.as_record(),
     )
 
@@ -275,8 +296,9 @@ def try_split(
         return None
     t0 = time.perf_counter()
     try:
-        placed = place_segments(ir, pool, args, segments=segments, mode=mode, options=options,
-                                time_budget=time_budget / 2)
+        placed = place_segments(
+            ir, pool, args, segments=segments, mode=mode, options=options, time_budget=time_budget / 2
+        )
         placement = placed and build_split(ir, placed[0], pool, args, mode=mode, options=options)
     except Exception as e:  # splitting itself failed (an fx pass on an unusual graph): not a candidate
         return Measurement("split", math.inf, False, f"split failed: {short_error(e)}", time.perf_counter() - t0)

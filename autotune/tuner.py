@@ -121,7 +121,11 @@ def measure(
         try:
             placement = build_placement(ir, backend, args, mode=mode, options=options(backend.name))
         except Exception as e:
-            results.append(Measurement(backend.name, math.inf, False, f"compile failed: {short_error(e)}", time.perf_counter() - t0))
+            results.append(
+                Measurement(
+                    backend.name, math.inf, False, f"compile failed: {short_error(e)}", time.perf_counter() - t0
+                )
+            )
             continue
         m = Measurement(backend.name, math.inf, False, "", placement.compile_seconds, placement)
         results.append(m)
@@ -147,15 +151,23 @@ def measure(
     return results
 
 
-def skipped_by_estimate(ir: GraphIR, backends: Sequence[Backend], args: Sequence[Any], mode: str | None,
-                        options: Callable[[str], dict[str, Any]]) -> list[Measurement]:
+def skipped_by_estimate(
+    ir: GraphIR,
+    backends: Sequence[Backend],
+    args: Sequence[Any],
+    mode: str | None,
+    options: Callable[[str], dict[str, Any]],
+) -> list[Measurement]:
     """Candidates not worth compiling: their own cost estimate (``Backend.estimate_seconds``) is
     ESTIMATE_SKIP_FACTOR times the best estimate or worse. Backends without an estimate are never skipped."""
     estimates: dict[str, float] = {}
     for b in backends:
         try:
-            guess = b.estimate_seconds(CompileRequest(ir, list(args), mode, options(b.name))) \
-                if hasattr(b, "estimate_seconds") else None
+            guess = (
+                b.estimate_seconds(CompileRequest(ir, list(args), mode, options(b.name)))
+                if hasattr(b, "estimate_seconds")
+                else None
+            )
         except Exception:  # an estimate that fails is no estimate
             guess = None
         if isinstance(guess, (int, float)) and guess >= 0 and not math.isnan(guess):
@@ -165,9 +177,14 @@ def skipped_by_estimate(ir: GraphIR, backends: Sequence[Backend], args: Sequence
     best_name = min(estimates, key=estimates.__getitem__)
     best = estimates[best_name]
     return [
-        Measurement(name, math.inf, False, f"skipped: its estimate {sec * 1e3:.3g} ms is {ESTIMATE_SKIP_FACTOR:g}x+ "
-                    f"{best_name}'s {best * 1e3:.3g} ms")
-        for name, sec in estimates.items() if sec >= ESTIMATE_SKIP_FACTOR * best and sec > 0
+        Measurement(
+            name,
+            math.inf,
+            False,
+            f"skipped: its estimate {sec * 1e3:.3g} ms is {ESTIMATE_SKIP_FACTOR:g}x+ {best_name}'s {best * 1e3:.3g} ms",
+        )
+        for name, sec in estimates.items()
+        if sec >= ESTIMATE_SKIP_FACTOR * best and sec > 0
     ]
 
 
@@ -175,8 +192,9 @@ SCREEN_FACTOR = 3.0  # a candidate this many times slower than the best one's wa
 SAMPLE_SECONDS = 2e-3  # a sample is a burst of back-to-back calls that lasts about this long
 
 
-def time_rounds(live: list[tuple[Measurement, Callable[..., Any]]], args: Sequence[Any], time_budget: float,
-                 max_rounds: int) -> None:
+def time_rounds(
+    live: list[tuple[Measurement, Callable[..., Any]]], args: Sequence[Any], time_budget: float, max_rounds: int
+) -> None:
     for m, fn in live:  # warm-up, and an estimate for screening and burst sizes
         try:
             m.seconds = min(m.seconds, _time_once(fn, args), _time_once(fn, args))

@@ -57,7 +57,9 @@ def policy_of(value: Any) -> str:
         return "off"
     if isinstance(value, str) and value in POLICIES:
         return value
-    raise ValueError(f"verify={value!r} is not a checking policy; pass one of {', '.join(map(repr, POLICIES))}, True or False")
+    raise ValueError(
+        f"verify={value!r} is not a checking policy; pass one of {', '.join(map(repr, POLICIES))}, True or False"
+    )
 
 
 def scheduled(call: int) -> bool:
@@ -75,7 +77,13 @@ def input_kind(args: Sequence[Any], keyed: Sequence[int]) -> tuple:
         if isinstance(a, torch.Tensor) and a.dtype.is_floating_point and a.numel():
             lo, hi = torch.aminmax(a.detach())
             peak = max(-float(lo), float(hi))  # NaN if either is NaN
-            kind.append("nan" if math.isnan(peak) else "inf" if peak == math.inf else (math.frexp(peak)[1] // 4 if peak else -99))
+            kind.append(
+                "nan"
+                if math.isnan(peak)
+                else "inf"
+                if peak == math.inf
+                else (math.frexp(peak)[1] // 4 if peak else -99)
+            )
     return tuple(kind)
 
 
@@ -113,8 +121,14 @@ def clone_inputs(args: Sequence[Any], kinds: Sequence[str]) -> list[Any]:
     return [a.clone() if isinstance(a, torch.Tensor) and k == "input" else a for a, k in zip(args, kinds)]
 
 
-def check_call(ir: GraphIR, fn: Callable[..., Sequence[Any]], args: Sequence[Any], *, twice: bool = False,
-               reference: Sequence[Any] | None = None) -> tuple[list[Any] | None, str | None]:
+def check_call(
+    ir: GraphIR,
+    fn: Callable[..., Sequence[Any]],
+    args: Sequence[Any],
+    *,
+    twice: bool = False,
+    reference: Sequence[Any] | None = None,
+) -> tuple[list[Any] | None, str | None]:
     """Run ``fn`` on copies of ``args`` and judge it: returns (its outputs, None) or (None, the reason).
 
     ``twice``: call it a second time on other copies and fail it if the first outputs changed or share
@@ -151,8 +165,18 @@ def check_call(ir: GraphIR, fn: Callable[..., Sequence[Any]], args: Sequence[Any
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b) or (
-        a.dtype.is_floating_point and torch.equal(torch.isnan(a), torch.isnan(b)) and torch.equal(a.nan_to_num(), b.nan_to_num())))
+    return (
+        a.shape == b.shape
+        and a.dtype == b.dtype
+        and bool(
+            torch.equal(a, b)
+            or (
+                a.dtype.is_floating_point
+                and torch.equal(torch.isnan(a), torch.isnan(b))
+                and torch.equal(a.nan_to_num(), b.nan_to_num())
+            )
+        )
+    )
 
 
 # ------------------------------------------------------------------------------------------- demotions on disk

@@ -30,7 +30,11 @@ class CudaGraphsBackend(extend.Backend):
     def supports(self, node: torch.fx.Node) -> bool:
         # ops that synchronize with the host or allocate data-dependent shapes cannot be recorded
         name = op_name(node)
-        return name not in {"aten.nonzero.default", "aten._local_scalar_dense.default", "aten.masked_select.default"} and super().supports(node)
+        return name not in {
+            "aten.nonzero.default",
+            "aten._local_scalar_dense.default",
+            "aten.masked_select.default",
+        } and super().supports(node)
 
     def compile(self, request: extend.CompileRequest) -> extend.CompiledGraph:
         if request.device != "cuda":

@@ -27,8 +27,12 @@ class InductorBackend(extend.Backend):
     options_schema = None
 
     def availability(self) -> extend.Availability:
-        if not torch.cuda.is_available() and not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):
-            return extend.Availability.no("no C++ compiler on PATH (Inductor's CPU code needs g++ or clang++); install one, or use a GPU")
+        if not torch.cuda.is_available() and not (
+            shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+        ):
+            return extend.Availability.no(
+                "no C++ compiler on PATH (Inductor's CPU code needs g++ or clang++); install one, or use a GPU"
+            )
         return extend.Availability.yes()
 
     def supports(self, node: torch.fx.Node) -> bool:
@@ -52,7 +56,8 @@ class InductorBackend(extend.Backend):
         compiled: Callable[..., Sequence[torch.Tensor]]
         if request.ir.is_static:
             compiled = compile_fx.compile_fx(  # type: ignore[assignment]  # typed as a union of its modes' results; this mode returns the callable
-                gm, list(request.example_inputs), config_patches=config_patches)
+                gm, list(request.example_inputs), config_patches=config_patches
+            )
         else:  # symbolic: compile for the graph's symbols (its fake values), not the first call's sizes
             compiled = _compile_symbolic(gm, request.ir, config_patches)
 
@@ -82,7 +87,10 @@ def _views_as_reshapes(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
 
     gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))  # the weights are shared, not copied
     for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target in (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default):
+        if node.op == "call_function" and node.target in (
+            torch.ops.aten.view.default,
+            torch.ops.aten._unsafe_view.default,
+        ):
             node.target = torch.ops.aten.reshape.default
     gm.recompile()
     return gm

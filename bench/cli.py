@@ -60,30 +60,48 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="torchmux bench",
         description="Benchmark the model zoo (random weights, no downloads) across eager, torch.compile "
-                    "(Inductor), each torchmux backend alone, and torchmux auto.",
+        "(Inductor), each torchmux backend alone, and torchmux auto.",
     )
     p.add_argument("--models", default="all", help=f"comma-separated zoo models, or 'all' (the zoo: {', '.join(ZOO)})")
-    p.add_argument("--batch-size", type=_ints, default=[8],
-                   help="batch size of every model's inputs; a list (1,8) runs the bench once per size (default 8)")
+    p.add_argument(
+        "--batch-size",
+        type=_ints,
+        default=[8],
+        help="batch size of every model's inputs; a list (1,8) runs the bench once per size (default 8)",
+    )
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where models run (default cpu)")
-    p.add_argument("--threads", type=_ints, default=None,
-                   help="torch (and OpenMP, ONNX Runtime) threads per process; a list (1,2) runs the bench once per "
-                        "count, and once per batch size (default: torch's)")
-    p.add_argument("--systems", default="default",
-                   help="comma-separated systems: eager, inductor (torch.compile), auto (torchmux:auto), "
-                        "auto-split (auto that may also split a graph across backends, options split=4), "
-                        "torchmux:<backend> or a backend name; 'default' is every one that runs here. "
-                        "eager is always included: speedups are measured against it")
+    p.add_argument(
+        "--threads",
+        type=_ints,
+        default=None,
+        help="torch (and OpenMP, ONNX Runtime) threads per process; a list (1,2) runs the bench once per "
+        "count, and once per batch size (default: torch's)",
+    )
+    p.add_argument(
+        "--systems",
+        default="default",
+        help="comma-separated systems: eager, inductor (torch.compile), auto (torchmux:auto), "
+        "auto-split (auto that may also split a graph across backends, options split=4), "
+        "torchmux:<backend> or a backend name; 'default' is every one that runs here. "
+        "eager is always included: speedups are measured against it",
+    )
     p.add_argument("--rounds", type=int, default=20, help="timing rounds, each times every system once (default 20)")
     p.add_argument("--out", type=Path, default=Path("bench-results"), help="folder for bench.json, bench.png and logs")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds one child process may run (default 900)")
     p.add_argument("--no-warm", action="store_true", help="skip the warm-compile processes (halves the compile work)")
-    p.add_argument("--latency-only", action="store_true",
-                   help="skip the cold and warm compile processes: latency, speedups and output checks only, "
-                        "one process per model (no memory figures; compile time only as measured in that process)")
+    p.add_argument(
+        "--latency-only",
+        action="store_true",
+        help="skip the cold and warm compile processes: latency, speedups and output checks only, "
+        "one process per model (no memory figures; compile time only as measured in that process)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--from-json", type=Path, metavar="BENCH_JSON",
-                   help="run nothing: print the tables of an earlier bench.json and redraw its chart next to it")
+    p.add_argument(
+        "--from-json",
+        type=Path,
+        metavar="BENCH_JSON",
+        help="run nothing: print the tables of an earlier bench.json and redraw its chart next to it",
+    )
     # the child side (bench_run.py); not for users
     p.add_argument("--_child", choices=["compile", "latency"], help=argparse.SUPPRESS)
     p.add_argument("--_result", type=Path, help=argparse.SUPPRESS)
@@ -102,7 +120,9 @@ def parse_models(spec: str) -> list[str]:
     if unknown:
         raise BenchArgumentError(
             f"--models: {', '.join(repr(m) for m in unknown)} not in the zoo; choose from "
-            + ", ".join(f"{k} ({v.description})" for k, v in ZOO.items()) + ", or 'all'")
+            + ", ".join(f"{k} ({v.description})" for k, v in ZOO.items())
+            + ", or 'all'"
+        )
     return list(dict.fromkeys(names))
 
 
@@ -130,7 +150,9 @@ def resolve_systems(spec: str, device: str) -> tuple[list[str], dict[str, str]]:
         wanted = [EAGER, INDUCTOR] + outside + [f"torchmux:{n}" for n in registry.names if n in by_default] + [AUTO]
         for n, why in runnable.items():
             if n != "eager" and n not in by_default:
-                skipped[f"torchmux:{n}"] = why or "auto never picks it here (e.g. an interpreter); name it in --systems to run it"
+                skipped[f"torchmux:{n}"] = (
+                    why or "auto never picks it here (e.g. an interpreter); name it in --systems to run it"
+                )
     else:
         wanted = []
         for item in (s.strip() for s in spec.split(",") if s.strip()):
@@ -144,7 +166,9 @@ def resolve_systems(spec: str, device: str) -> tuple[list[str], dict[str, str]]:
             if chosen is not None and chosen != "auto" and chosen not in runnable:
                 raise BenchArgumentError(
                     f"--systems: {item!r} is not a system; choose from eager, inductor, {INDUCTOR_FREEZING}, {ONNX_EXPORT}, auto, "
-                    + ", ".join(f"torchmux:{n}" for n in registry.names) + " (or 'default')")
+                    + ", ".join(f"torchmux:{n}" for n in registry.names)
+                    + " (or 'default')"
+                )
             if chosen in runnable and runnable[chosen]:
                 skipped[name] = runnable[chosen]
             else:
@@ -154,10 +178,28 @@ def resolve_systems(spec: str, device: str) -> tuple[list[str], dict[str, str]]:
 
 
 # ------------------------------------------------------------------------------------------ children
-def _child_command(kind: str, model: str, systems: list[str], args: argparse.Namespace, result: Path, caches: Path | None) -> list[str]:
-    cmd = [sys.executable, "-m", "torchmux.bench.cli", "--_child", kind, "--models", model,
-           "--systems", ",".join(systems), "--batch-size", str(args.batch_size), "--device", args.device,
-           "--rounds", str(args.rounds), "--_result", str(result)]
+def _child_command(
+    kind: str, model: str, systems: list[str], args: argparse.Namespace, result: Path, caches: Path | None
+) -> list[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "torchmux.bench.cli",
+        "--_child",
+        kind,
+        "--models",
+        model,
+        "--systems",
+        ",".join(systems),
+        "--batch-size",
+        str(args.batch_size),
+        "--device",
+        args.device,
+        "--rounds",
+        str(args.rounds),
+        "--_result",
+        str(result),
+    ]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
     if caches is not None:
@@ -197,13 +239,17 @@ def _env(args: argparse.Namespace, extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def compile_run(model: str, system: str, args: argparse.Namespace, cache: Path, work: Path, label: str) -> dict[str, Any]:
+def compile_run(
+    model: str, system: str, args: argparse.Namespace, cache: Path, work: Path, label: str
+) -> dict[str, Any]:
     from .run import cache_env
 
     result = work / f"{model}.{system.replace(':', '-')}.{label}.json"
     log = args.out / "logs" / f"{model}.{system.replace(':', '-')}.{label}.log"
     t0 = time.perf_counter()
-    why = _run(_child_command("compile", model, [system], args, result, None), _env(args, cache_env(cache)), log, args.timeout)
+    why = _run(
+        _child_command("compile", model, [system], args, result, None), _env(args, cache_env(cache)), log, args.timeout
+    )
     if why is None and result.exists():
         return {**json.loads(result.read_text()), "process_s": time.perf_counter() - t0}
     if why is None:
@@ -211,7 +257,9 @@ def compile_run(model: str, system: str, args: argparse.Namespace, cache: Path, 
     return {"ok": False, "error": f"{why}: {_log_tail(log)}" if "timed out" not in why else why, "log": str(log)}
 
 
-def latency_run(model: str, systems: list[str], args: argparse.Namespace, caches: dict[str, Path], work: Path) -> dict[str, Any]:
+def latency_run(
+    model: str, systems: list[str], args: argparse.Namespace, caches: dict[str, Path], work: Path
+) -> dict[str, Any]:
     """The interleaved timing of ``systems`` on ``model``. A system whose failure kills the process is
     marked failed and the others are run again without it."""
     from .run import cache_env
@@ -225,8 +273,12 @@ def latency_run(model: str, systems: list[str], args: argparse.Namespace, caches
         cache_file = work / f"{model}.caches.json"
         cache_file.write_text(json.dumps({s: cache_env(caches[s]) for s in remaining if s in caches}))
         log = args.out / "logs" / f"{model}.latency.{attempt}.log"
-        why = _run(_child_command("latency", model, remaining, args, events, cache_file), _env(args, {}), log,
-                   args.timeout * len(remaining))
+        why = _run(
+            _child_command("latency", model, remaining, args, events, cache_file),
+            _env(args, {}),
+            log,
+            args.timeout * len(remaining),
+        )
         lines = [json.loads(ln) for ln in events.read_text().splitlines()] if events.exists() else []
         for ev in lines:
             if ev["event"] in ("compiled", "failed"):
@@ -239,7 +291,10 @@ def latency_run(model: str, systems: list[str], args: argparse.Namespace, caches
         if not busy:  # died before any system ran: building the model failed
             return {"error": f"{why or 'no result'}: {_log_tail(log)}"}
         culprit, stage = busy[-1]["system"], "compiling" if busy[-1]["event"] == "compile" else "timing"
-        found[culprit] = {"event": "failed", "error": f"{why or 'the process ended early'} while {stage} it: {_log_tail(log)}"}
+        found[culprit] = {
+            "event": "failed",
+            "error": f"{why or 'the process ended early'} while {stage} it: {_log_tail(log)}",
+        }
         remaining = [s for s in remaining if s != culprit and found.get(s, {}).get("event") != "failed"]
     return {"systems": found}
 
@@ -253,7 +308,11 @@ def environment(args: argparse.Namespace) -> dict[str, Any]:
 
     cpu = platform.processor() or platform.machine()
     try:
-        cpu = next(ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name"))
+        cpu = next(
+            ln.split(":", 1)[1].strip()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if ln.startswith("model name")
+        )
     except (OSError, StopIteration):
         pass
     return {
@@ -275,16 +334,23 @@ def _progress(total: int, disable: bool) -> Any:
         disable = True
         tqdm = None
     if disable or tqdm is None:
+
         class _Quiet:
             def update(self, n: int = 1) -> None: ...
             def set_postfix_str(self, s: str) -> None: ...
             def close(self) -> None: ...
+
         return _Quiet()
     return tqdm(total=total, unit="step", desc="torchmux bench", dynamic_ncols=True)
 
 
-def run_bench(args: argparse.Namespace, models: list[str], systems: list[str], skipped: dict[str, str],
-              command: str = "torchmux bench") -> dict[str, Any]:
+def run_bench(
+    args: argparse.Namespace,
+    models: list[str],
+    systems: list[str],
+    skipped: dict[str, str],
+    command: str = "torchmux bench",
+) -> dict[str, Any]:
     """Run every model; bench.json is rewritten after each one, so an interrupted run keeps what it measured."""
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "logs").mkdir(exist_ok=True)
@@ -295,9 +361,17 @@ def run_bench(args: argparse.Namespace, models: list[str], systems: list[str], s
     started = time.time()
     report: dict[str, Any] = {
         "command": command,
-        "settings": {"models": models, "batch_size": args.batch_size, "rounds": args.rounds, "systems": systems,
-                     "skipped_systems": skipped, "timeout_s": args.timeout, "cold": bool(cold_systems),
-                     "warm": bool(warm_systems), "threads": args.threads},
+        "settings": {
+            "models": models,
+            "batch_size": args.batch_size,
+            "rounds": args.rounds,
+            "systems": systems,
+            "skipped_systems": skipped,
+            "timeout_s": args.timeout,
+            "cold": bool(cold_systems),
+            "warm": bool(warm_systems),
+            "threads": args.threads,
+        },
         "environment": environment(args),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "complete": False,
@@ -313,7 +387,9 @@ def run_bench(args: argparse.Namespace, models: list[str], systems: list[str], s
             needs = ZOO[model].needs
             if needs and importlib.util.find_spec(needs) is None:
                 missing = {"ok": False, "error": f"{model} needs {needs}, which is not installed (pip install {needs})"}
-                results[model] = assemble(model, systems, {s: missing for s in systems}, {}, {"systems": {}}, args.device)
+                results[model] = assemble(
+                    model, systems, {s: missing for s in systems}, {}, {"systems": {}}, args.device
+                )
                 bar.update(len(cold_systems) + len(warm_systems) + 1)
                 continue
             for s in cold_systems:
@@ -360,8 +436,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"torchmux bench: cannot read --from-json {args.from_json}: {e.strerror or e}", file=sys.stderr)
             return 2
         except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
-            print(f"torchmux bench: --from-json {args.from_json} is not a bench report written by `torchmux bench` "
-                  f"(bench.json): {type(e).__name__}: {e}", file=sys.stderr)
+            print(
+                f"torchmux bench: --from-json {args.from_json} is not a bench report written by `torchmux bench` "
+                f"(bench.json): {type(e).__name__}: {e}",
+                file=sys.stderr,
+            )
             return 2
         print(text + (f"\n\nwrote {chart}" if chart else ""))
         return 0
@@ -395,7 +474,10 @@ def main(argv: list[str] | None = None) -> int:
         report = run_bench(run_args, models, systems, skipped, "torchmux bench " + shlex.join(argv))
         chart = write_chart(report, run_args.out / "bench.png")
         print(format_report(report))
-        print(f"\nwrote {run_args.out / 'bench.json'}" + (f", {chart}" if chart else " (no chart: " + "install matplotlib)"))
+        print(
+            f"\nwrote {run_args.out / 'bench.json'}"
+            + (f", {chart}" if chart else " (no chart: " + "install matplotlib)")
+        )
         reports[f"{threads or 'default'} thread(s), batch {batch}"] = report
         if not report["complete"]:
             return 130
@@ -418,8 +500,16 @@ def _child_main(args: argparse.Namespace) -> int:
         args._result.write_text(json.dumps(result))
         return 0
     caches = json.loads(Path(args._caches).read_text()) if args._caches else {}
-    bench_run.latency_child(args.models, args.systems.split(","), args.batch_size, args.device, args.threads,
-                            args.rounds, caches, args._result)
+    bench_run.latency_child(
+        args.models,
+        args.systems.split(","),
+        args.batch_size,
+        args.device,
+        args.threads,
+        args.rounds,
+        caches,
+        args._result,
+    )
     return 0
 
 

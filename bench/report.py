@@ -36,9 +36,18 @@ def _speed(x: float | None) -> str:
 def details(report: dict[str, Any]) -> list[str]:
     gpu = report["environment"]["device"] == "cuda"
     separate = report["settings"].get("cold", True)  # compile times from their own processes, or in the latency one
-    header = ["model", "system", "median ms", "q1-q3 ms", "vs eager", "vs inductor",
-              "compile cold s" if separate else "compile s (latency process)", "warm s",
-              "GPU peak MB (+)" if gpu else "peak RSS MB (+)", "matches eager"]
+    header = [
+        "model",
+        "system",
+        "median ms",
+        "q1-q3 ms",
+        "vs eager",
+        "vs inductor",
+        "compile cold s" if separate else "compile s (latency process)",
+        "warm s",
+        "GPU peak MB (+)" if gpu else "peak RSS MB (+)",
+        "matches eager",
+    ]
     rows: list[list[str]] = []
     failures: list[str] = []
     notes: list[str] = []
@@ -55,14 +64,37 @@ def details(report: dict[str, Any]) -> list[str]:
                 notes.append(f"[{len(notes) + 1}] {model} / {system}: " + " | ".join(r["notes"])[:300])
             if not r["ok"]:
                 failures.append(f"{model} / {system}: {r['error']}")
-                rows.append([name, system + mark, "failed", f"see [x{len(failures)}]", "-", "-", _f(cold, ".1f"),
-                             _f(warm, ".1f"), mem_s, "-"])
+                rows.append(
+                    [
+                        name,
+                        system + mark,
+                        "failed",
+                        f"see [x{len(failures)}]",
+                        "-",
+                        "-",
+                        _f(cold, ".1f"),
+                        _f(warm, ".1f"),
+                        mem_s,
+                        "-",
+                    ]
+                )
                 continue
             lat = r["latency_ms"]
             match = "ref" if system == "eager" else ("yes" if r["matches_eager"] else f"NO ({r['max_abs_diff']:.2g})")
-            rows.append([name, system + mark, f"{lat['median']:.3f}", f"{lat['q1']:.3f}-{lat['q3']:.3f}",
-                         _speed(r["speedup_vs_eager"]), _speed(r["speedup_vs_inductor"]), _f(cold, ".1f"),
-                         _f(warm, ".1f"), mem_s, match])
+            rows.append(
+                [
+                    name,
+                    system + mark,
+                    f"{lat['median']:.3f}",
+                    f"{lat['q1']:.3f}-{lat['q3']:.3f}",
+                    _speed(r["speedup_vs_eager"]),
+                    _speed(r["speedup_vs_inductor"]),
+                    _f(cold, ".1f"),
+                    _f(warm, ".1f"),
+                    mem_s,
+                    match,
+                ]
+            )
     out = _grid(header, rows, right={2, 3, 4, 5, 6, 7, 8})
     if failures:
         out += ["", "failed:"] + [f"  [x{i + 1}] {f}" for i, f in enumerate(failures)]
@@ -70,8 +102,11 @@ def details(report: dict[str, Any]) -> list[str]:
         out += ["", "fallbacks (the backend could not run part of the model; torchmux ran that part another way):"]
         out += ["  " + n for n in notes]
     for system in ("torchmux:auto", "torchmux:auto-split"):
-        auto = [(model, m["systems"][system]["auto_choices"]) for model, m in report["models"].items()
-                if m["systems"].get(system, {}).get("auto_choices")]
+        auto = [
+            (model, m["systems"][system]["auto_choices"])
+            for model, m in report["models"].items()
+            if m["systems"].get(system, {}).get("auto_choices")
+        ]
         if auto:
             out += ["", f"what {system} chose per graph:"]
             out += [f"  {model}: " + ", ".join(f"{g} -> {b}" for g, b in choices.items()) for model, choices in auto]
@@ -111,14 +146,26 @@ def auto_lines(report: dict[str, Any]) -> list[str]:
             rows.append([model, "-", "-", "-", "-", "auto or every single system failed"])
             continue
         choices = ", ".join(sorted(set((r["auto_choices"] or {}).values()))) or "(remembered)"
-        rows.append([model, r["best"], f"{r['best_ms']:.3f}", f"{r['auto_ms']:.3f}",
-                     f"{r['auto_over_best']:.2f}x" + ("" if r["auto_over_best"] <= 1.03 else " SLOWER"), choices])
+        rows.append(
+            [
+                model,
+                r["best"],
+                f"{r['best_ms']:.3f}",
+                f"{r['auto_ms']:.3f}",
+                f"{r['auto_over_best']:.2f}x" + ("" if r["auto_over_best"] <= 1.03 else " SLOWER"),
+                choices,
+            ]
+        )
     geo = cmp["auto_over_best_geomean"]
     rows.append(["geomean", "(per model)", "", "", f"{geo:.2f}x" if geo else "-", ""])
     for system, ratio in sorted(cmp["auto_over_system_geomean"].items(), key=lambda kv: -kv[1]):
         rows.append([f"geomean vs {system}", "", "", "", f"{ratio:.2f}x", ""])
-    return ["auto against the fastest single system (auto latency / best; at most 1.03 is a win or a tie):", ""] + _grid(
-        ["model", "best single system", "best ms", "auto ms", "auto / best", "auto ran on"], rows, right={2, 3, 4})
+    return [
+        "auto against the fastest single system (auto latency / best; at most 1.03 is a win or a tie):",
+        "",
+    ] + _grid(
+        ["model", "best single system", "best ms", "auto ms", "auto / best", "auto ran on"], rows, right={2, 3, 4}
+    )
 
 
 def auto_table(reports: dict[str, dict[str, Any]]) -> list[str]:
@@ -134,22 +181,35 @@ def auto_table(reports: dict[str, dict[str, Any]]) -> list[str]:
             r = cmp["models"].get(model)
             cells.append("-" if r is None else f"{r['auto_over_best']:.2f}x ({r['best']})")
         rows.append([model] + cells)
-    rows.append(["geomean auto / best per model"] + [
-        f"{c['auto_over_best_geomean']:.2f}x" if c["auto_over_best_geomean"] else "-" for c in cmps.values()])
-    rows.append(["geomean auto / closest system"] + [
-        f"{c['auto_over_system_geomean'][c['best_single']]:.2f}x ({c['best_single']})" if c["best_single"] else "-"
-        for c in cmps.values()])
+    rows.append(
+        ["geomean auto / best per model"]
+        + [f"{c['auto_over_best_geomean']:.2f}x" if c["auto_over_best_geomean"] else "-" for c in cmps.values()]
+    )
+    rows.append(
+        ["geomean auto / closest system"]
+        + [
+            f"{c['auto_over_system_geomean'][c['best_single']]:.2f}x ({c['best_single']})" if c["best_single"] else "-"
+            for c in cmps.values()
+        ]
+    )
     return ["auto latency / fastest single system's, per setting (below 1: auto is faster):", ""] + _grid(
-        ["model"] + list(cmps), rows, right=set(range(1, len(cmps) + 1)))
+        ["model"] + list(cmps), rows, right=set(range(1, len(cmps) + 1))
+    )
 
 
 def format_report(report: dict[str, Any]) -> str:
     env, st = report["environment"], report["settings"]
-    head = (f"torchmux bench: {env['device_name']} ({env['device']}, {env['cpu_count']} cores, {_threads(env)}), "
-            f"torch {env['torch']}, batch {st['batch_size']}, {st['rounds']} rounds, {report['wall_s'] / 60:.1f} min")
+    head = (
+        f"torchmux bench: {env['device_name']} ({env['device']}, {env['cpu_count']} cores, {_threads(env)}), "
+        f"torch {env['torch']}, batch {st['batch_size']}, {st['rounds']} rounds, {report['wall_s'] / 60:.1f} min"
+    )
     if not report.get("complete", True):
         head += f" (interrupted: {len(report['models'])} of {len(st['models'])} models)"
-    lines = [head, ""] + details(report) + ["", "eager latency in parentheses; geomean over models where the system ran and matched eager", ""]
+    lines = (
+        [head, ""]
+        + details(report)
+        + ["", "eager latency in parentheses; geomean over models where the system ran and matched eager", ""]
+    )
     lines += summary(report)
     if auto := auto_lines(report):
         lines += [""] + auto
@@ -178,7 +238,11 @@ def write_chart(report: dict[str, Any], path: Path) -> Path | None:
         xs, ys, failed = [], [], []
         for i, g in enumerate(groups):
             x = i - 0.4 + width * (j + 0.5)
-            v = report["geomean"][s]["speedup_vs_eager"] if g == "geomean" else report["models"][g]["systems"].get(s, {}).get("speedup_vs_eager")
+            v = (
+                report["geomean"][s]["speedup_vs_eager"]
+                if g == "geomean"
+                else report["models"][g]["systems"].get(s, {}).get("speedup_vs_eager")
+            )
             if v:
                 xs.append(x)
                 ys.append(v)
@@ -195,8 +259,11 @@ def write_chart(report: dict[str, Any], path: Path) -> Path | None:
     ax.set_yscale("log")
     ax.set_ylim(min(values + [1.0]) / 1.4, max(values + [1.0]) * 1.4)
     ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}x"))
-    ax.yaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(
-        lambda v, _: f"{v:g}x" if v > 0 and round(v / 10 ** math.floor(math.log10(v)), 6) in (2, 5) else ""))
+    ax.yaxis.set_minor_formatter(
+        matplotlib.ticker.FuncFormatter(
+            lambda v, _: f"{v:g}x" if v > 0 and round(v / 10 ** math.floor(math.log10(v)), 6) in (2, 5) else ""
+        )
+    )
     ax.tick_params(axis="y", which="minor", labelsize=7)
     ax.set_xticks(range(len(groups)), groups, rotation=30, ha="right")
     ax.set_ylabel("speedup over eager (log scale, higher is better)")

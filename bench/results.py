@@ -18,18 +18,18 @@ from .zoo import ZOO
 #: what each figure is, written into bench.json so the file explains itself
 MEASURES = {
     "latency_ms": "wall time per call in the latency process (CUDA synchronized); median, quartiles q1/q3, min, max "
-                  "over rounds; every round times every system once, in a new (seeded random) order",
+    "over rounds; every round times every system once, in a new (seeded random) order",
     "speedup_vs_eager": "eager median latency / this system's median latency (same process, same rounds)",
     "speedup_vs_inductor": "torch.compile (Inductor) median latency / this system's",
     "compile_s.cold": "first call (compile included) in a fresh process with empty compile caches",
     "compile_s.warm": "first call in a second fresh process on the caches the cold one filled",
     "compile_s.in_bench": "first call inside the latency process (caches hot, other systems compiled before)",
     "memory_mb": "CPU: peak resident set size (getrusage ru_maxrss) of the cold process, which imports torch, "
-                 "builds the model, compiles and runs it 3 times; delta = peak minus the peak before compiling "
-                 "(compiler and run memory; compiler subprocesses such as g++ are not counted). "
-                 "GPU: torch.cuda.max_memory_allocated, delta over memory allocated before compiling",
+    "builds the model, compiles and runs it 3 times; delta = peak minus the peak before compiling "
+    "(compiler and run memory; compiler subprocesses such as g++ are not counted). "
+    "GPU: torch.cuda.max_memory_allocated, delta over memory allocated before compiling",
     "matches_eager": "every output tensor (tensors_of) within 5x torchmux's float tolerances of eager's "
-                     "(float32: rtol 1e-3, atol 1e-4 x max(1, max|eager|))",
+    "(float32: rtol 1e-3, atol 1e-4 x max(1, max|eager|))",
 }
 
 
@@ -39,7 +39,9 @@ def _stats(samples: list[float]) -> dict[str, float]:
     return {"median": statistics.median(ms), "q1": q1, "q3": q3, "min": min(ms), "max": max(ms)}
 
 
-def assemble(model: str, systems: list[str], cold: dict[str, dict], warm: dict[str, dict], latency: dict[str, Any], device: str) -> dict[str, Any]:
+def assemble(
+    model: str, systems: list[str], cold: dict[str, dict], warm: dict[str, dict], latency: dict[str, Any], device: str
+) -> dict[str, Any]:
     rows: dict[str, dict[str, Any]] = {}
     measured = latency.get("systems", {})
     for s in systems:
@@ -52,27 +54,45 @@ def assemble(model: str, systems: list[str], cold: dict[str, dict], warm: dict[s
         elif lat.get("event") == "failed":
             row["error"] = lat["error"]
         elif "samples" in lat:
-            row.update(ok=True, latency_ms=_stats(lat["samples"]), samples_ms=[x * 1e3 for x in lat["samples"]],
-                       calls_per_sample=lat["calls_per_sample"], matches_eager=lat["matches"],
-                       max_abs_diff=lat["max_abs_diff"], mismatch=lat["mismatch"])
+            row.update(
+                ok=True,
+                latency_ms=_stats(lat["samples"]),
+                samples_ms=[x * 1e3 for x in lat["samples"]],
+                calls_per_sample=lat["calls_per_sample"],
+                matches_eager=lat["matches"],
+                max_abs_diff=lat["max_abs_diff"],
+                mismatch=lat["mismatch"],
+            )
             if lat.get("auto_choices") or c.get("auto_choices"):
                 row["auto_choices"] = lat.get("auto_choices") or c["auto_choices"]
         else:
             row["error"] = "not measured"
-        row["compile_s"] = {"cold": c.get("first_call_s") if c.get("ok") else None,
-                            "warm": w.get("first_call_s") if w.get("ok") else None,
-                            "in_bench": lat.get("compile_s")}
+        row["compile_s"] = {
+            "cold": c.get("first_call_s") if c.get("ok") else None,
+            "warm": w.get("first_call_s") if w.get("ok") else None,
+            "in_bench": lat.get("compile_s"),
+        }
         if "peak_rss_mb" in c:
             if device == "cuda":
-                row["memory_mb"] = {"peak": c["gpu_peak_mb"], "delta": c["gpu_peak_mb"] - c["gpu_before_mb"], "kind": "gpu"}
+                row["memory_mb"] = {
+                    "peak": c["gpu_peak_mb"],
+                    "delta": c["gpu_peak_mb"] - c["gpu_before_mb"],
+                    "kind": "gpu",
+                }
             else:
-                row["memory_mb"] = {"peak": c["peak_rss_mb"], "delta": c["peak_rss_mb"] - c["rss_before_mb"], "kind": "rss"}
+                row["memory_mb"] = {
+                    "peak": c["peak_rss_mb"],
+                    "delta": c["peak_rss_mb"] - c["rss_before_mb"],
+                    "kind": "rss",
+                }
         row["notes"] = list(dict.fromkeys((c.get("notes") or []) + (lat.get("notes") or [])))
         rows[s] = row
     for base, key in ((EAGER, "speedup_vs_eager"), (INDUCTOR, "speedup_vs_inductor")):
         ref = rows.get(base, {})
         for row in rows.values():
-            row[key] = ref["latency_ms"]["median"] / row["latency_ms"]["median"] if ref.get("ok") and row["ok"] else None
+            row[key] = (
+                ref["latency_ms"]["median"] / row["latency_ms"]["median"] if ref.get("ok") and row["ok"] else None
+            )
     return {"description": ZOO[model].description, "systems": rows}
 
 
@@ -82,8 +102,11 @@ def geomeans(models: dict[str, Any], systems: list[str]) -> dict[str, dict[str, 
     for s in systems:
         entry: dict[str, Any] = {}
         for key in ("speedup_vs_eager", "speedup_vs_inductor"):
-            vals = [m["systems"][s][key] for m in models.values()
-                    if s in m["systems"] and m["systems"][s].get(key) and m["systems"][s].get("matches_eager")]
+            vals = [
+                m["systems"][s][key]
+                for m in models.values()
+                if s in m["systems"] and m["systems"][s].get(key) and m["systems"][s].get("matches_eager")
+            ]
             entry[key] = math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
             entry[f"{key}_models"] = len(vals)
         out[s] = entry
@@ -104,18 +127,28 @@ def auto_vs_best(report: dict[str, Any], auto: str = AUTO) -> dict[str, Any]:
             rows[model] = None
             continue
         best = min(single, key=single.__getitem__)
-        rows[model] = {"best": best, "best_ms": single[best], "auto_ms": ok[auto]["latency_ms"]["median"],
-                       "auto_over_best": ok[auto]["latency_ms"]["median"] / single[best],
-                       "auto_choices": ok[auto].get("auto_choices")}
+        rows[model] = {
+            "best": best,
+            "best_ms": single[best],
+            "auto_ms": ok[auto]["latency_ms"]["median"],
+            "auto_over_best": ok[auto]["latency_ms"]["median"] / single[best],
+            "auto_choices": ok[auto].get("auto_choices"),
+        }
     # geomeans only compare over the same models: each single system against auto where both matched
     vs: dict[str, float] = {}
     for s in {s for m in report["models"].values() for s in m["systems"]} - set(AUTOS):
-        pairs = [(m["systems"][s]["latency_ms"]["median"], m["systems"][auto]["latency_ms"]["median"])
-                 for m in report["models"].values()
-                 if all(m["systems"].get(x, {}).get("ok") and m["systems"][x].get("matches_eager") for x in (s, auto))]
+        pairs = [
+            (m["systems"][s]["latency_ms"]["median"], m["systems"][auto]["latency_ms"]["median"])
+            for m in report["models"].values()
+            if all(m["systems"].get(x, {}).get("ok") and m["systems"][x].get("matches_eager") for x in (s, auto))
+        ]
         if pairs:
             vs[s] = math.exp(sum(math.log(a / b) for b, a in pairs) / len(pairs))  # auto latency / s latency
     ratios = [r["auto_over_best"] for r in rows.values() if r]
     closest = max(vs, key=vs.__getitem__) if vs else None
-    return {"models": rows, "auto_over_best_geomean": math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None,
-            "auto_over_system_geomean": vs, "best_single": closest}
+    return {
+        "models": rows,
+        "auto_over_best_geomean": math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None,
+        "auto_over_system_geomean": vs,
+        "best_single": closest,
+    }

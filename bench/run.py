@@ -111,7 +111,9 @@ class _OnnxExport:
     def __call__(self, *args: Any) -> Any:
         if self.session is None:
             self._build(args)
-        feeds = {n: a.detach().cpu().numpy() for n, a in zip(self.inputs, [a for a in args if isinstance(a, torch.Tensor)])}
+        feeds = {
+            n: a.detach().cpu().numpy() for n, a in zip(self.inputs, [a for a in args if isinstance(a, torch.Tensor)])
+        }
         outs = [torch.from_numpy(o) for o in self.session.run(None, feeds)]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
@@ -161,8 +163,9 @@ def _load(model: str, batch: int, device: str) -> tuple[torch.nn.Module, tuple[A
     return m.to(device), tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
 
 
-def first_call(system: str, model: torch.nn.Module, args: tuple[Any, ...], device: str,
-               threads: int | None) -> tuple[Callable[..., Any], Any, float, list[str]]:
+def first_call(
+    system: str, model: torch.nn.Module, args: tuple[Any, ...], device: str, threads: int | None
+) -> tuple[Callable[..., Any], Any, float, list[str]]:
     """Compile and call once: (callable, output, seconds, torchmux fallback warnings)."""
     from ..core.errors import TorchmuxFallbackWarning
 
@@ -193,8 +196,13 @@ def compile_child(model: str, system: str, batch: int, device: str, threads: int
         for _ in range(2):
             fn(*args)
         _sync(device)
-    result: dict[str, Any] = {"ok": True, "first_call_s": seconds, "notes": notes,
-                              "rss_before_mb": before, "peak_rss_mb": peak_rss_mb()}
+    result: dict[str, Any] = {
+        "ok": True,
+        "first_call_s": seconds,
+        "notes": notes,
+        "rss_before_mb": before,
+        "peak_rss_mb": peak_rss_mb(),
+    }
     if recorder is not None:
         result["auto_choices"] = recorder.chosen()
     if device == "cuda":
@@ -240,13 +248,24 @@ def _compare(out: Any, ref: list[torch.Tensor]) -> tuple[bool, float, str | None
 
     got = [t.detach() for t in tensors_of(out)]
     wrong = mismatch(got, ref, scale=MATCH_SCALE)
-    diffs = [float((g.double() - r.double()).abs().max()) for g, r in zip(got, ref)
-             if g.shape == r.shape and r.dtype.is_floating_point and r.numel()]
+    diffs = [
+        float((g.double() - r.double()).abs().max())
+        for g, r in zip(got, ref)
+        if g.shape == r.shape and r.dtype.is_floating_point and r.numel()
+    ]
     return wrong is None, max(diffs, default=0.0), wrong
 
 
-def latency_child(model: str, systems: list[str], batch: int, device: str, threads: int | None, rounds: int,
-                  caches: dict[str, dict[str, str]], events: Path) -> None:
+def latency_child(
+    model: str,
+    systems: list[str],
+    batch: int,
+    device: str,
+    threads: int | None,
+    rounds: int,
+    caches: dict[str, dict[str, str]],
+    events: Path,
+) -> None:
     """Compile every system on one model in this process, then time them in interleaved rounds.
 
     Writes JSON lines to ``events``: ``compile`` (about to compile), ``compiled`` (with compile
@@ -255,6 +274,7 @@ def latency_child(model: str, systems: list[str], batch: int, device: str, threa
     from .zoo import tensors_of
 
     with events.open("a") as log:
+
         def emit(**kw: Any) -> None:
             log.write(json.dumps(kw) + "\n")
             log.flush()
@@ -284,9 +304,17 @@ def latency_child(model: str, systems: list[str], batch: int, device: str, threa
                 finally:
                     recorder.active = False
                 calls = max(1, min(1000, math.ceil(SAMPLE_SECONDS / max(once, 1e-7))))
-                emit(event="compiled", system=system, compile_s=seconds, matches=ok, max_abs_diff=diff, mismatch=wrong,
-                     notes=notes, calls_per_sample=calls,
-                     auto_choices=recorder.chosen() if system in AUTOS else None)
+                emit(
+                    event="compiled",
+                    system=system,
+                    compile_s=seconds,
+                    matches=ok,
+                    max_abs_diff=diff,
+                    mismatch=wrong,
+                    notes=notes,
+                    calls_per_sample=calls,
+                    auto_choices=recorder.chosen() if system in AUTOS else None,
+                )
                 live.append((system, fn, calls))
             samples: dict[str, list[float]] = {s: [] for s, _, _ in live}
             shuffle = random.Random(0)

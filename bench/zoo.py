@@ -45,8 +45,11 @@ class Block(nn.Module):
         self.bn1 = nn.BatchNorm2d(cout)
         self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
         self.bn2 = nn.BatchNorm2d(cout)
-        self.skip = nn.Sequential() if stride == 1 and cin == cout else nn.Sequential(
-            nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+        self.skip = (
+            nn.Sequential()
+            if stride == 1 and cin == cout
+            else nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = F.relu(self.bn1(self.conv1(x)))
@@ -100,7 +103,11 @@ class RMSNormMLP(nn.Module):
     def __init__(self, d: int = 256, hidden: int = 688) -> None:
         super().__init__()
         self.norm = RMSNorm(d)
-        self.gate, self.up, self.down = nn.Linear(d, hidden, bias=False), nn.Linear(d, hidden, bias=False), nn.Linear(hidden, d, bias=False)
+        self.gate, self.up, self.down = (
+            nn.Linear(d, hidden, bias=False),
+            nn.Linear(d, hidden, bias=False),
+            nn.Linear(hidden, d, bias=False),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.norm(x)
@@ -132,19 +139,41 @@ def _hf(kind: str) -> Callable[[int], tuple[nn.Module, tuple[Any, ...]]]:
         cfg: Any
         model: nn.Module
         if kind == "bert":
-            cfg = tf.BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
-                                intermediate_size=512, max_position_embeddings=128, **common)
+            cfg = tf.BertConfig(
+                vocab_size=1000,
+                hidden_size=128,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                intermediate_size=512,
+                max_position_embeddings=128,
+                **common,
+            )
             model = tf.BertModel(cfg)
         elif kind == "gpt2":
-            cfg = tf.GPT2Config(vocab_size=1000, n_embd=128, n_layer=2, n_head=4, n_positions=128,
-                                bos_token_id=999, eos_token_id=999, **common)
+            cfg = tf.GPT2Config(
+                vocab_size=1000,
+                n_embd=128,
+                n_layer=2,
+                n_head=4,
+                n_positions=128,
+                bos_token_id=999,
+                eos_token_id=999,
+                **common,
+            )
             model = tf.GPT2LMHeadModel(cfg)
         elif kind == "t5":
             cfg = tf.T5Config(vocab_size=1000, d_model=128, d_kv=32, d_ff=512, num_layers=2, num_heads=4, **common)
             model = tf.T5EncoderModel(cfg)
         elif kind == "vit":
-            cfg = tf.ViTConfig(image_size=32, patch_size=8, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
-                               intermediate_size=512, **common)
+            cfg = tf.ViTConfig(
+                image_size=32,
+                patch_size=8,
+                hidden_size=128,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                intermediate_size=512,
+                **common,
+            )
             model = tf.ViTModel(cfg)
             return model.eval(), (torch.randn(batch, 3, 32, 32),)
         else:
@@ -155,7 +184,9 @@ def _hf(kind: str) -> Callable[[int], tuple[nn.Module, tuple[Any, ...]]]:
     return build
 
 
-def _plain(cls: Callable[[], nn.Module], shape: Callable[[int], tuple[int, ...]]) -> Callable[[int], tuple[nn.Module, tuple[Any, ...]]]:
+def _plain(
+    cls: Callable[[], nn.Module], shape: Callable[[int], tuple[int, ...]]
+) -> Callable[[int], tuple[nn.Module, tuple[Any, ...]]]:
     def build(batch: int) -> tuple[nn.Module, tuple[Any, ...]]:
         torch.manual_seed(0)
         model = cls().eval()
@@ -169,17 +200,30 @@ def _plain(cls: Callable[[], nn.Module], shape: Callable[[int], tuple[int, ...]]
     return build
 
 
-ZOO: dict[str, ZooModel] = {m.name: m for m in [
-    ZooModel("mlp", _plain(MLP, lambda b: (b, 256)), description="3-layer MLP 256-1024-1024-256, GELU"),
-    ZooModel("resnet", _plain(SmallResNet, lambda b: (b, 3, 32, 32)), description="ResNet-style CNN with batch norm, 32x32"),
-    ZooModel("attention", _plain(AttentionBlock, lambda b: (b, 64, 256)), description="self-attention + MLP block, d=256, t=64"),
-    ZooModel("rmsnorm_mlp", _plain(RMSNormMLP, lambda b: (b, 64, 256)), description="RMS norm + SwiGLU MLP block"),
-    ZooModel("pointwise", _plain(PointwiseChain, lambda b: (b, 256, 1024)), description="10 pointwise ops, broadcast"),
-    ZooModel("bert", _hf("bert"), "transformers", "Hugging Face BERT, tiny config (2 layers, d=128)"),
-    ZooModel("gpt2", _hf("gpt2"), "transformers", "Hugging Face GPT-2 LM, tiny config (2 layers, d=128)"),
-    ZooModel("t5_encoder", _hf("t5"), "transformers", "Hugging Face T5 encoder, tiny config"),
-    ZooModel("vit", _hf("vit"), "transformers", "Hugging Face ViT, tiny config (32x32, patch 8)"),
-]}
+ZOO: dict[str, ZooModel] = {
+    m.name: m
+    for m in [
+        ZooModel("mlp", _plain(MLP, lambda b: (b, 256)), description="3-layer MLP 256-1024-1024-256, GELU"),
+        ZooModel(
+            "resnet",
+            _plain(SmallResNet, lambda b: (b, 3, 32, 32)),
+            description="ResNet-style CNN with batch norm, 32x32",
+        ),
+        ZooModel(
+            "attention",
+            _plain(AttentionBlock, lambda b: (b, 64, 256)),
+            description="self-attention + MLP block, d=256, t=64",
+        ),
+        ZooModel("rmsnorm_mlp", _plain(RMSNormMLP, lambda b: (b, 64, 256)), description="RMS norm + SwiGLU MLP block"),
+        ZooModel(
+            "pointwise", _plain(PointwiseChain, lambda b: (b, 256, 1024)), description="10 pointwise ops, broadcast"
+        ),
+        ZooModel("bert", _hf("bert"), "transformers", "Hugging Face BERT, tiny config (2 layers, d=128)"),
+        ZooModel("gpt2", _hf("gpt2"), "transformers", "Hugging Face GPT-2 LM, tiny config (2 layers, d=128)"),
+        ZooModel("t5_encoder", _hf("t5"), "transformers", "Hugging Face T5 encoder, tiny config"),
+        ZooModel("vit", _hf("vit"), "transformers", "Hugging Face ViT, tiny config (32x32, patch 8)"),
+    ]
+}
 
 
 def build(name: str, batch: int = 1) -> tuple[nn.Module, tuple[Any, ...]]:

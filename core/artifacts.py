@@ -28,8 +28,16 @@ from pathlib import Path
 
 from . import settings
 
-__all__ = ["NONFINITE_KEY", "artifact_dir", "atomic_write", "authentic", "debug_dir", "load_claims",
-           "load_nonfinite_unsafe", "sign"]
+__all__ = [
+    "NONFINITE_KEY",
+    "artifact_dir",
+    "atomic_write",
+    "authentic",
+    "debug_dir",
+    "load_claims",
+    "load_nonfinite_unsafe",
+    "sign",
+]
 
 
 def artifact_dir(*parts: str) -> Path:
@@ -90,8 +98,10 @@ def _key() -> bytes:
             f.write(secrets.token_bytes(32))
         st = path.stat()
     if st.st_uid != os.getuid() or st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise PermissionError(f"{path} must belong to this user with mode 0600 (chmod 600 {path}); "
-                              "torchmux will not trust artifacts signed with a key others can read")
+        raise PermissionError(
+            f"{path} must belong to this user with mode 0600 (chmod 600 {path}); "
+            "torchmux will not trust artifacts signed with a key others can read"
+        )
     return path.read_bytes()
 
 

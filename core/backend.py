@@ -20,8 +20,15 @@ import torch.fx as fx
 from .ir import GraphIR, op_name
 
 __all__ = [
-    "CONTRACT_VERSION", "Availability", "Backend", "CompiledGraph", "CompileRequest", "Option", "has_cuda",
-    "kernel_count_of", "package_version",
+    "CONTRACT_VERSION",
+    "Availability",
+    "Backend",
+    "CompiledGraph",
+    "CompileRequest",
+    "Option",
+    "has_cuda",
+    "kernel_count_of",
+    "package_version",
 ]
 
 #: The version of the backend contract this torchmux implements. A backend says which version it was
@@ -211,15 +218,23 @@ ESTIMATE_SKIP_FACTOR = 10.0
 
 def contract_problem(backend: Any) -> str | None:
     """Why ``backend`` (any object a plugin returned) cannot be used by this torchmux, or None."""
-    if not isinstance(getattr(backend, "name", None), str) or not backend.name or not callable(getattr(backend, "compile", None)):
+    if (
+        not isinstance(getattr(backend, "name", None), str)
+        or not backend.name
+        or not callable(getattr(backend, "compile", None))
+    ):
         return f"returned {backend!r}, which is not a Backend (needs a name and compile())"
     version = getattr(backend, "contract_version", 1)
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        return f"backend {backend.name!r} has contract_version={version!r}; it must be an int from 1 to {CONTRACT_VERSION}"
+        return (
+            f"backend {backend.name!r} has contract_version={version!r}; it must be an int from 1 to {CONTRACT_VERSION}"
+        )
     if version > CONTRACT_VERSION:
-        return (f"backend {backend.name!r} was written for torchmux backend contract {version}, and this torchmux "
-                f"implements contract {CONTRACT_VERSION}; upgrade torchmux (pip install -U torchmux) or install "
-                "an older release of the plugin")
+        return (
+            f"backend {backend.name!r} was written for torchmux backend contract {version}, and this torchmux "
+            f"implements contract {CONTRACT_VERSION}; upgrade torchmux (pip install -U torchmux) or install "
+            "an older release of the plugin"
+        )
     phases = getattr(backend, "phases", frozenset(PHASES))
     if not phases or not set(phases) <= set(PHASES):
         return f"backend {backend.name!r} has phases={set(phases)!r}; it must be a non-empty subset of {set(PHASES)}"

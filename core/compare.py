@@ -53,7 +53,9 @@ def mismatch(out: Sequence[Any], ref: Sequence[Any], scale: float = 1.0) -> str 
         o64, r64 = o_.double(), r_.double()
         nan_r, nan_o = torch.isnan(r64), torch.isnan(o64)
         if not torch.equal(nan_r, nan_o):
-            return f"output {i}: NaN in {int((nan_r != nan_o).sum())} places where the reference has none (or the reverse)"
+            return (
+                f"output {i}: NaN in {int((nan_r != nan_o).sum())} places where the reference has none (or the reverse)"
+            )
         finite = torch.isfinite(r64)
         if not torch.equal(r64[~finite & ~nan_r], o64[~finite & ~nan_r]):
             return f"output {i}: infinities differ from the reference"
@@ -66,6 +68,8 @@ def mismatch(out: Sequence[Any], ref: Sequence[Any], scale: float = 1.0) -> str 
         bad = diff > bound
         if bool(bad.any()):
             j = int(torch.argmax(diff - bound))
-            return (f"output {i}: {int(bad.sum())} of {r.numel()} elements outside tolerance "
-                    f"(worst |diff| {float(diff[j]):.3g} vs allowed {float(bound[j]):.3g}, dtype {r.dtype})")
+            return (
+                f"output {i}: {int(bad.sum())} of {r.numel()} elements outside tolerance "
+                f"(worst |diff| {float(diff[j]):.3g} vs allowed {float(bound[j]):.3g}, dtype {r.dtype})"
+            )
     return None

@@ -16,18 +16,40 @@ MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cu
 
 #: torchmux's own options (everything else in ``options`` must name a backend)
 OWN_OPTIONS: dict[str, tuple[type, Any, str]] = {
-    "verify": (object, True, "when the chosen backend's answer is checked against the reference: 'off' (False), 'first', "
-               "'sparse' (True, the default: calls 1, 2, 4, 8, ..., then every 8192nd, and inputs of a new kind), 'always'"),
+    "verify": (
+        object,
+        True,
+        "when the chosen backend's answer is checked against the reference: 'off' (False), 'first', "
+        "'sparse' (True, the default: calls 1, 2, 4, 8, ..., then every 8192nd, and inputs of a new kind), 'always'",
+    ),
     "autotune_budget": (float, 0.5, "seconds of timing per graph and input shape when choosing a backend"),
     "mend": (bool, True, "rewrite graph-breaking Python (tensor if, print, .item() for logging...) before capture"),
-    "isolate": (str, None, "which candidates auto tries first in a child process: 'off', 'third-party', 'all' "
-                "(default: TORCHMUX_ISOLATE, else 'third-party')"),
-    "trial_deadline": (float, None, "seconds an isolated trial's compile and calls may take (default: TORCHMUX_TRIAL_DEADLINE)"),
-    "freeze": (bool, True, ("inference graphs get their weights as constants (a weight changed in place is noticed "
-                            "and the graph frozen again; writes through p.data are not: pass False if you write "
-                            "weights that way)")),
-    "split": (int, None, "auto: also try each graph cut into up to N segments, each on its fastest correct backend "
-              "(default 4 under mode='max-autotune', else 0: off)"),
+    "isolate": (
+        str,
+        None,
+        "which candidates auto tries first in a child process: 'off', 'third-party', 'all' "
+        "(default: TORCHMUX_ISOLATE, else 'third-party')",
+    ),
+    "trial_deadline": (
+        float,
+        None,
+        "seconds an isolated trial's compile and calls may take (default: TORCHMUX_TRIAL_DEADLINE)",
+    ),
+    "freeze": (
+        bool,
+        True,
+        (
+            "inference graphs get their weights as constants (a weight changed in place is noticed "
+            "and the graph frozen again; writes through p.data are not: pass False if you write "
+            "weights that way)"
+        ),
+    ),
+    "split": (
+        int,
+        None,
+        "auto: also try each graph cut into up to N segments, each on its fastest correct backend "
+        "(default 4 under mode='max-autotune', else 0: off)",
+    ),
 }
 
 
@@ -71,6 +93,7 @@ def resolve(backend: Any, mode: str | None, options: Mapping[str, Any] | None) -
         avail = backend.availability()
         if not avail.ok:
             from .errors import BackendUnavailableError
+
             raise BackendUnavailableError(backend.name, avail.reason)
         chosen, auto = (backend,), False
     elif isinstance(backend, Sequence) and backend and all(isinstance(b, str) for b in backend):
@@ -150,20 +173,29 @@ def check_backend_options(backend: Backend, given: Mapping[str, Any]) -> None:
 
 def _check_providers(backend: str, providers: Any) -> None:
     """A provider list is names, or (name, options dict) pairs, in priority order."""
-    ok = isinstance(providers, (list, tuple)) and bool(providers) and all(
-        (isinstance(p, str) and p) or (isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], str)
-                                       and isinstance(p[1], Mapping)) for p in providers)
+    ok = (
+        isinstance(providers, (list, tuple))
+        and bool(providers)
+        and all(
+            (isinstance(p, str) and p)
+            or (isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], Mapping))
+            for p in providers
+        )
+    )
     if not ok:
         raise BadArgumentError(
             f"options['{backend}.providers']={providers!r}: pass a non-empty list of execution provider names "
-            "or (name, options dict) pairs, best first, e.g. ['CUDAExecutionProvider', 'CPUExecutionProvider']")
+            "or (name, options dict) pairs, best first, e.g. ['CUDAExecutionProvider', 'CPUExecutionProvider']"
+        )
 
 
 def _checked(key: str, value: Any) -> Any:
     """``options[key]`` if it is within what the option accepts; else an error saying what is allowed."""
     if key == "verify" and not (isinstance(value, bool) or value in ("off", "first", "sparse", "always")):
-        raise BadArgumentError(f"options['verify'] must be bool (True: 'sparse', False: 'off') or one of 'off', 'first', "
-                               f"'sparse', 'always'; got {value!r}")
+        raise BadArgumentError(
+            f"options['verify'] must be bool (True: 'sparse', False: 'off') or one of 'off', 'first', "
+            f"'sparse', 'always'; got {value!r}"
+        )
     if key == "autotune_budget" and (isinstance(value, bool) or not math.isfinite(value) or value < 0):
         raise BadArgumentError(f"options['autotune_budget']={value!r}: pass a finite number of seconds >= 0")
     if key == "isolate" and value not in ("off", "third-party", "all"):

@@ -77,9 +77,17 @@ from .errors import IRLintError
 __all__ = ["TensorSpec", "GraphIR", "ReferenceInterpreter", "spec_of"]
 
 _DTYPE_ABBR = {
-    torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64",
-    torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
-    torch.bool: "b8", torch.complex64: "c64",
+    torch.float32: "f32",
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.float64: "f64",
+    torch.int64: "i64",
+    torch.int32: "i32",
+    torch.int16: "i16",
+    torch.int8: "i8",
+    torch.uint8: "u8",
+    torch.bool: "b8",
+    torch.complex64: "c64",
 }
 INPUT_KINDS = ("input", "param", "buffer")
 
@@ -132,8 +140,9 @@ def spec_of(value: Any) -> TensorSpec | None:
 
 
 #: higher-order control flow allowed in a graph; each branch is a get_attr GraphModule, itself normalized
-_CONTROL_FLOW = tuple(op for op in (getattr(torch.ops.higher_order, name, None) for name in ("cond", "while_loop"))
-                      if op is not None)
+_CONTROL_FLOW = tuple(
+    op for op in (getattr(torch.ops.higher_order, name, None) for name in ("cond", "while_loop")) if op is not None
+)
 
 
 def is_check(node: fx.Node) -> bool:
@@ -144,8 +153,10 @@ def is_check(node: fx.Node) -> bool:
 
 def _is_sym_helper(target: Any) -> bool:
     mod = getattr(target, "__module__", "") or ""
-    return mod in ("_operator", "operator", "math") or getattr(target, "__name__", "").startswith("sym_") or (
-        "torch.fx.experimental.sym_node" in mod
+    return (
+        mod in ("_operator", "operator", "math")
+        or getattr(target, "__name__", "").startswith("sym_")
+        or ("torch.fx.experimental.sym_node" in mod)
     )
 
 
@@ -166,7 +177,13 @@ class Symbol:
 def _symbols_of(value: Any) -> set[str]:
     out: set[str] = set()
     for v in value if isinstance(value, (tuple, list)) else [value]:
-        sizes = list(v.shape) + list(v.stride()) if isinstance(v, torch.Tensor) else [v] if isinstance(v, torch.SymInt) else []
+        sizes = (
+            list(v.shape) + list(v.stride())
+            if isinstance(v, torch.Tensor)
+            else [v]
+            if isinstance(v, torch.SymInt)
+            else []
+        )
         for d in sizes:
             if isinstance(d, torch.SymInt):
                 out.update(str(s) for s in d.node.expr.free_symbols)
@@ -188,7 +205,9 @@ def _symbol_info(size: torch.SymInt, name: str) -> Symbol:
             hi = hi if hi < 2**62 else None
         except (TypeError, ValueError, OverflowError, AttributeError):
             hi = None
-    guards = tuple(sorted(str(g.expr) for g in getattr(env, "guards", []) if name in {str(s) for s in g.expr.free_symbols}))
+    guards = tuple(
+        sorted(str(g.expr) for g in getattr(env, "guards", []) if name in {str(s) for s in g.expr.free_symbols})
+    )
     return Symbol(name, lo, hi, guards)
 
 
@@ -285,8 +304,10 @@ class GraphIR:
             defined |= {u for u in unknown if u.startswith("u")}
             unknown -= defined
             if unknown and node.op != "get_attr":
-                raise IRLintError(f"{where}: uses symbolic size(s) {sorted(unknown)} that no input defines "
-                                  f"(inputs define {sorted(defined) or 'none'}); a backend could not know their value")
+                raise IRLintError(
+                    f"{where}: uses symbolic size(s) {sorted(unknown)} that no input defines "
+                    f"(inputs define {sorted(defined) or 'none'}); a backend could not know their value"
+                )
             if node.op != "call_function":
                 continue
             target = node.target
@@ -366,16 +387,16 @@ class GraphIR:
                 return f"SymInt({val.node.expr})"
             return type(val).__name__ if val is not None else "?"
 
-        head = ", ".join(
-            f"{n.name}: {ann(n.meta.get('val'))} {k}" for n, k in zip(self.placeholders, self.input_kinds)
-        )
+        head = ", ".join(f"{n.name}: {ann(n.meta.get('val'))} {k}" for n, k in zip(self.placeholders, self.input_kinds))
         lines = [f"graph {self.name}({head}):"]
         for node in self.graph.nodes:
             if node.op == "call_function":
                 args = [ref(a) for a in node.args] + [f"{k}={ref(v)}" for k, v in node.kwargs.items()]
                 lines.append(f"  %{node.name} : {ann(node.meta.get('val'))} = {_target_name(node)}({', '.join(args)})")
             elif node.op == "get_attr":
-                lines.append(f"  %{node.name} : {ann(getattr(self.gm, str(node.target), None))} = get_attr {node.target}")
+                lines.append(
+                    f"  %{node.name} : {ann(getattr(self.gm, str(node.target), None))} = get_attr {node.target}"
+                )
         lines.append("  return (" + ", ".join(ref(o) for o in self.outputs) + ")")
         return "\n".join(lines)
 

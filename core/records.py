@@ -57,5 +57,8 @@ def set_aside(path: Path, problem: str) -> None:
         _WARNED.add(str(path.parent))
         from .errors import TorchmuxFallbackWarning
 
-        warnings.warn(f"torchmux: cache record {path} is not valid ({problem}); set aside as {path.name}.bad "
-                      "and measured again", TorchmuxFallbackWarning, stacklevel=3)
+        warnings.warn(
+            f"torchmux: cache record {path} is not valid ({problem}); set aside as {path.name}.bad and measured again",
+            TorchmuxFallbackWarning,
+            stacklevel=3,
+        )

@@ -147,7 +147,11 @@ class Registry:
                     self._problem(name, package, f"torchmux_add_backends {problem}")
                 elif b.name in self._entries:
                     other = self._entries[b.name]
-                    self._problem(name, package, f"backend name {b.name!r} is already taken by plugin {other.plugin!r} ({other.package}); ignored")
+                    self._problem(
+                        name,
+                        package,
+                        f"backend name {b.name!r} is already taken by plugin {other.plugin!r} ({other.package}); ignored",
+                    )
                 else:
                     self._entries[b.name] = _Entry(b, name, package)
 
@@ -187,10 +191,19 @@ class Registry:
                 version = e.backend.version
             except Exception:
                 version = "?"
-            rows.append(BackendInfo(
-                name, version, tuple(e.backend.devices), avail.ok, avail.reason, e.plugin, e.package,
-                getattr(e.backend, "description", ""), bool(getattr(e.backend, "dynamic_shapes", False)),
-            ))
+            rows.append(
+                BackendInfo(
+                    name,
+                    version,
+                    tuple(e.backend.devices),
+                    avail.ok,
+                    avail.reason,
+                    e.plugin,
+                    e.package,
+                    getattr(e.backend, "description", ""),
+                    bool(getattr(e.backend, "dynamic_shapes", False)),
+                )
+            )
         for p in self.problems:
             rows.append(BackendInfo(f"({p.plugin})", "?", (), False, f"plugin broken: {p.error}", p.plugin, p.package))
         return rows
@@ -215,13 +228,18 @@ class Registry:
             try:
                 impl.function(**{k: kwargs[k] for k in impl.argnames if k in kwargs})
             except Exception as e:
-                warnings.warn(f"torchmux plugin {impl.plugin_name!r}: its {hook_name} hook raised "
-                              f"{type(e).__name__}: {e}; the other plugins' hooks still ran", stacklevel=2)
+                warnings.warn(
+                    f"torchmux plugin {impl.plugin_name!r}: its {hook_name} hook raised "
+                    f"{type(e).__name__}: {e}; the other plugins' hooks still ran",
+                    stacklevel=2,
+                )
 
 
 def _is_backend(obj: Any) -> bool:
     return isinstance(obj, Backend) or (
-        not isinstance(obj, type) and isinstance(getattr(obj, "name", None), str) and callable(getattr(obj, "compile", None))
+        not isinstance(obj, type)
+        and isinstance(getattr(obj, "name", None), str)
+        and callable(getattr(obj, "compile", None))
         and callable(getattr(obj, "supports", None))
     )
 
@@ -275,9 +293,15 @@ def register_plugin(plugin: Any, name: str | None = None) -> None:
 def format_backends(rows: list[BackendInfo]) -> str:
     header = ("backend", "version", "devices", "available", "dynamic", "plugin (package)", "why not / what")
     table = [header] + [
-        (r.name, r.version, ",".join(r.devices) or "-", "yes" if r.available else "no",
-         "yes" if r.dynamic_shapes else "-",
-         f"{r.plugin} ({r.package})", " ".join((r.reason or r.description).split()))
+        (
+            r.name,
+            r.version,
+            ",".join(r.devices) or "-",
+            "yes" if r.available else "no",
+            "yes" if r.dynamic_shapes else "-",
+            f"{r.plugin} ({r.package})",
+            " ".join((r.reason or r.description).split()),
+        )
         for r in rows
     ]
     widths = [max(len(str(row[i])) for row in table) for i in range(len(header) - 1)]

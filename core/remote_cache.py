@@ -99,9 +99,12 @@ def read_bytes(rel: str | None, *, executable: bool = False) -> bytes | None:
         return None
     payload = _unframe(rel, raw, executable)
     if payload is None:
-        _warn_once(f"bad:{rel}", f"torchmux: ignoring the remote cache's entry {PREFIX + rel} on {url}: it is not one "
-                   f"torchmux wrote{' and signed with this fleet key' if executable else ''} (or it was damaged); "
-                   "building it locally instead")
+        _warn_once(
+            f"bad:{rel}",
+            f"torchmux: ignoring the remote cache's entry {PREFIX + rel} on {url}: it is not one "
+            f"torchmux wrote{' and signed with this fleet key' if executable else ''} (or it was damaged); "
+            "building it locally instead",
+        )
         _count("remote_rejected")
         return None
     _count("remote_hits")
@@ -160,8 +163,11 @@ def _fleet_key() -> bytes | None:
     try:
         key = Path(path).read_bytes().strip()
     except OSError as e:
-        _warn_once(f"key:{path}", f"torchmux: cannot read the fleet key TORCHMUX_FLEET_KEY_FILE={path} ({e}); "
-                   "executable artifacts are built locally")
+        _warn_once(
+            f"key:{path}",
+            f"torchmux: cannot read the fleet key TORCHMUX_FLEET_KEY_FILE={path} ({e}); "
+            "executable artifacts are built locally",
+        )
         return None
     return key or None
 
@@ -185,9 +191,12 @@ def _request(url: str, op: str, *args: Any) -> Any:
     except Exception as e:  # down, slow, refused, not speaking Redis: all cost the same
         _down_until[url] = time.monotonic() + RETRY_AFTER
         _count("remote_errors")
-        _warn_once(f"down:{url}", f"torchmux: the remote cache {url} failed ({type(e).__name__}: {str(e)[:200]}); "
-                   f"compiling locally, and not asking it again for {RETRY_AFTER:.0f} s "
-                   f"(TORCHMUX_REMOTE_TIMEOUT={settings.REMOTE_TIMEOUT.get()} s)")
+        _warn_once(
+            f"down:{url}",
+            f"torchmux: the remote cache {url} failed ({type(e).__name__}: {str(e)[:200]}); "
+            f"compiling locally, and not asking it again for {RETRY_AFTER:.0f} s "
+            f"(TORCHMUX_REMOTE_TIMEOUT={settings.REMOTE_TIMEOUT.get()} s)",
+        )
         return None
 
 
@@ -201,11 +210,19 @@ def _client(url: str) -> Any:
                 from redis.backoff import NoBackoff
                 from redis.retry import Retry
             except ImportError:
-                _warn_once("no-redis", "torchmux: TORCHMUX_REMOTE_CACHE is set but the 'redis' client is not installed "
-                           "(pip install 'torchmux[fleet]'); using the local cache only")
+                _warn_once(
+                    "no-redis",
+                    "torchmux: TORCHMUX_REMOTE_CACHE is set but the 'redis' client is not installed "
+                    "(pip install 'torchmux[fleet]'); using the local cache only",
+                )
                 return None
-            client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                                          retry=Retry(NoBackoff(), 0), retry_on_timeout=False)
+            client = redis.Redis.from_url(
+                url,
+                socket_timeout=timeout,
+                socket_connect_timeout=timeout,
+                retry=Retry(NoBackoff(), 0),
+                retry_on_timeout=False,
+            )
             _clients[(url, timeout)] = client
     return client
 

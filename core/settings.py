@@ -54,26 +54,36 @@ def all_settings() -> list[Setting]:
 
 
 DISABLE_PLUGIN_AUTOLOAD = _define(
-    "TORCHMUX_DISABLE_PLUGIN_AUTOLOAD", False, _flag,
+    "TORCHMUX_DISABLE_PLUGIN_AUTOLOAD",
+    False,
+    _flag,
     "When set, third-party plugins are not loaded from the 'torchmux.backends' entry-point group; "
     "torchmux's own built-in backends still load, and TORCHMUX_PLUGINS can name plugin modules to load.",
 )
 PLUGINS: Setting[tuple[str, ...]] = _define(
-    "TORCHMUX_PLUGINS", tuple[str, ...](), lambda raw: tuple(p.strip() for p in raw.split(",") if p.strip()),
+    "TORCHMUX_PLUGINS",
+    tuple[str, ...](),
+    lambda raw: tuple(p.strip() for p in raw.split(",") if p.strip()),
     "Comma-separated module names to register as plugins in addition to (or, with autoload off, "
     "instead of) the entry points.",
 )
 CACHE_DIR = _define(
-    "TORCHMUX_CACHE_DIR", Path(os.path.expanduser("~/.cache/torchmux")), lambda raw: Path(raw).expanduser(),
+    "TORCHMUX_CACHE_DIR",
+    Path(os.path.expanduser("~/.cache/torchmux")),
+    lambda raw: Path(raw).expanduser(),
     "Where compiled artifacts (ONNX models, TVM libraries, tuning records, autotune decisions) are cached. "
     "Delete the folder to clear the cache.",
 )
 VERBOSE = _define(
-    "TORCHMUX_VERBOSE", False, _flag,
+    "TORCHMUX_VERBOSE",
+    False,
+    _flag,
     "Log every autotune measurement and every fallback to stderr.",
 )
 DEBUG_DIR = _define(
-    "TORCHMUX_DEBUG_DIR", None, lambda raw: Path(raw).expanduser(),
+    "TORCHMUX_DEBUG_DIR",
+    None,
+    lambda raw: Path(raw).expanduser(),
     "If set, backends that generate code (triton) write the source of every kernel into this folder.",
 )
 
@@ -92,38 +102,52 @@ def _seconds(raw: str) -> float:
 
 
 REMOTE_CACHE = _define(
-    "TORCHMUX_REMOTE_CACHE", None, _redis_url,
+    "TORCHMUX_REMOTE_CACHE",
+    None,
+    _redis_url,
     "A Redis server the fleet shares, e.g. redis://cache-host:6379/0: decisions and data artifacts (ONNX "
     "models, TVM tuning records, split plans) are read from it after the local cache misses and written to "
     "both. Needs the 'redis' client (pip install torchmux[fleet]). A Redis that is down costs a warning.",
 )
 REMOTE_TIMEOUT = _define(
-    "TORCHMUX_REMOTE_TIMEOUT", 0.2, _seconds,
+    "TORCHMUX_REMOTE_TIMEOUT",
+    0.2,
+    _seconds,
     "Seconds a remote cache request may take (connect, read, write) before torchmux gives up on it, warns "
     "once and compiles locally.",
 )
 FLEET_KEY_FILE = _define(
-    "TORCHMUX_FLEET_KEY_FILE", None, lambda raw: Path(raw).expanduser(),
+    "TORCHMUX_FLEET_KEY_FILE",
+    None,
+    lambda raw: Path(raw).expanduser(),
     "A file holding the secret the fleet shares. With it, executable artifacts (shared libraries) travel "
     "through the remote cache signed with HMAC-SHA256 and are loaded only when the signature checks; "
     "without it they never travel and are rebuilt locally from the shared data.",
 )
 DISTRIBUTED_TIMEOUT = _define(
-    "TORCHMUX_DISTRIBUTED_TIMEOUT", 1800.0, _seconds,
+    "TORCHMUX_DISTRIBUTED_TIMEOUT",
+    1800.0,
+    _seconds,
     "Under torch.distributed, how long ranks other than 0 wait for rank 0's autotune decision on a graph.",
 )
 ISOLATE = _define(
-    "TORCHMUX_ISOLATE", "third-party", lambda raw: _choice(raw, ("off", "third-party", "all")),
+    "TORCHMUX_ISOLATE",
+    "third-party",
+    lambda raw: _choice(raw, ("off", "third-party", "all")),
     "Which candidate backends auto tries first in a child process (a crash or hang there cannot take the "
     "program down): 'third-party' (default: plugins not shipped with torchmux), 'all', or 'off'. "
     "The option isolate=... overrides it per compile().",
 )
 TRIAL_DEADLINE = _define(
-    "TORCHMUX_TRIAL_DEADLINE", 300.0, float,
+    "TORCHMUX_TRIAL_DEADLINE",
+    300.0,
+    float,
     "Seconds an isolated trial's compile and first calls may take before the candidate fails as 'timed out'.",
 )
 KEY_FILE = _define(
-    "TORCHMUX_KEY_FILE", Path(os.path.expanduser("~/.config/torchmux/key")), lambda raw: Path(raw).expanduser(),
+    "TORCHMUX_KEY_FILE",
+    Path(os.path.expanduser("~/.config/torchmux/key")),
+    lambda raw: Path(raw).expanduser(),
     "The per-user secret (created 0600 on first use, kept outside the cache) that authenticates the "
     "executable artifacts torchmux caches (HMAC-SHA256): a library planted in the cache is rebuilt, never loaded.",
 )

@@ -7,7 +7,8 @@ well as in the tensors' sizes. An exported program with dynamic dimensions wants
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -20,7 +21,9 @@ def tensor_inputs(ir: GraphIR) -> list[int]:
     return [i for i, n in enumerate(ir.placeholders) if isinstance(n.meta.get("val"), torch.Tensor)]
 
 
-def export_program(ir: GraphIR, args: Sequence[Any], wrap: Callable[[torch.fx.GraphModule], torch.nn.Module] | None = None) -> Any:
+def export_program(
+    ir: GraphIR, args: Sequence[Any], wrap: Callable[[torch.fx.GraphModule], torch.nn.Module] | None = None
+) -> Any:
     """``torch.export`` of the graph; a symbolic graph keeps its symbols as dynamic dimensions
     (``torch.export.Dim``, one per symbol, with the range Dynamo knows) and its integer inputs are read
     from the tensors' sizes instead, so the program takes the graph's tensor inputs only
@@ -52,7 +55,9 @@ def export_program(ir: GraphIR, args: Sequence[Any], wrap: Callable[[torch.fx.Gr
     module = wrap(gm) if wrap else gm
     params = inspect.signature(module.forward).parameters.values()
     packed = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
-    return torch.export.export(module, tensors, dynamic_shapes=(tuple(shapes),) if packed else tuple(shapes), strict=False)
+    return torch.export.export(
+        module, tensors, dynamic_shapes=(tuple(shapes),) if packed else tuple(shapes), strict=False
+    )
 
 
 def _sizes_from_tensors(ir: GraphIR) -> tuple[torch.fx.GraphModule, dict[str, tuple[int, int | None]]]:

@@ -31,8 +31,12 @@ def user_location() -> Location | None:
     while frame is not None:
         module = str(frame.f_globals.get("__name__", ""))
         name = frame.f_code.co_filename
-        if (module.split(".")[0] not in _SKIP_MODULES and not name.startswith("<")
-                and os.sep + "torch" + os.sep not in name and os.path.isfile(name)):
+        if (
+            module.split(".")[0] not in _SKIP_MODULES
+            and not name.startswith("<")
+            and os.sep + "torch" + os.sep not in name
+            and os.path.isfile(name)
+        ):
             return Location(name, frame.f_lineno, module, frame.f_globals)
         frame = frame.f_back  # type: ignore[assignment]
     return None

@@ -96,8 +96,10 @@ class TorchmuxDynamoBackend:
             def compile_graph(fx_gm: fx.GraphModule, fx_inputs: list[Any]) -> Callable[..., Any]:
                 n_inputs = len([n for n in fx_gm.graph.nodes if n.op == "placeholder"])
                 ir = GraphIR(
-                    fx_gm, kinds if phase != "backward" and n_inputs == len(kinds) else None,
-                    name=f"graph_{index}" + ("" if phase == "inference" else f"_{phase}"), phase=phase,
+                    fx_gm,
+                    kinds if phase != "backward" and n_inputs == len(kinds) else None,
+                    name=f"graph_{index}" + ("" if phase == "inference" else f"_{phase}"),
+                    phase=phase,
                 ).lint()
                 registry.notify("torchmux_graph_captured", ir=ir)
                 runner = self.place(ir)
@@ -117,7 +119,8 @@ class TorchmuxDynamoBackend:
             captured.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             warnings.warn(
                 f"torchmux could not normalize graph_{index} ({captured.error}); it runs eagerly",
-                TorchmuxFallbackWarning, stacklevel=2,
+                TorchmuxFallbackWarning,
+                stacklevel=2,
             )
             return gm.forward
 
@@ -155,7 +158,8 @@ class _RecompileLimitWatch:
                     f"If its shapes keep changing, compile with dynamic=True (or torch._dynamo.mark_dynamic the "
                     f"input's dimension) so one graph serves every size, or raise torch._dynamo.config.{limit} "
                     "(torch._dynamo.config.cache_size_limit in older torch).",
-                    TorchmuxFallbackWarning, stacklevel=2,
+                    TorchmuxFallbackWarning,
+                    stacklevel=2,
                 )
 
         logging.getLogger("torch._dynamo.convert_frame").addHandler(Handler(logging.WARNING))

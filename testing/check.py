@@ -58,7 +58,9 @@ def grown(inputs: Sequence[torch.Tensor], by: int = 3) -> list[torch.Tensor]:
     return out
 
 
-def symbolic_calls(fn: Callable[..., Any], sizes: Sequence[Sequence[torch.Tensor]], name: str) -> tuple[GraphIR, list[list[Any]]]:
+def symbolic_calls(
+    fn: Callable[..., Any], sizes: Sequence[Sequence[torch.Tensor]], name: str
+) -> tuple[GraphIR, list[list[Any]]]:
     """Capture ``fn`` once with symbolic shapes (Dynamo, ``dynamic=True``) and call it at each of
     ``sizes``: the symbolic graph and the graph's own arguments at each size."""
     from ..frontends.dynamo import TorchmuxDynamoBackend

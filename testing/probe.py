@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 
+from ..core.artifacts import NONFINITE_KEY
 from ..core.registry import get_registry
 from .cases import CASES
-from ..core.artifacts import NONFINITE_KEY
 from .check import case_ir, check, check_nonfinite
 
 
@@ -62,7 +62,9 @@ def probe(name: str, dtypes: list[torch.dtype], nonfinite: bool = True) -> tuple
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m torchmux.testing.probe", description=__doc__.splitlines()[0])
     parser.add_argument("backend")
-    parser.add_argument("--dtype", action="append", default=None, help="float32 (default), float16, bfloat16; repeatable")
+    parser.add_argument(
+        "--dtype", action="append", default=None, help="float32 (default), float16, bfloat16; repeatable"
+    )
     parser.add_argument("--write", type=Path, default=None, help="write the claims file here")
     args = parser.parse_args(argv)
     dtypes = [getattr(torch, d) for d in (args.dtype or ["float32"])]
@@ -76,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# {dtype}: {len(ops)} of {len(CASES)} ops pass on {args.backend}")
     if args.write:
         command = " ".join(["python -m torchmux.testing.probe", *(argv if argv is not None else sys.argv[1:])])
-        args.write.write_text(json.dumps({"command": command, **{k: sorted(v) for k, v in passed.items()}}, indent=1) + "\n")
+        args.write.write_text(
+            json.dumps({"command": command, **{k: sorted(v) for k, v in passed.items()}}, indent=1) + "\n"
+        )
         print(f"wrote {args.write}")
     else:
         print(json.dumps(passed, indent=1))

@@ -54,8 +54,22 @@ class RedisServer:
         self.port = _free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", folder, "--save", "",
-             "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                folder,
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         redis = pytest.importorskip("redis", reason="the redis client is not installed (pip install 'torchmux[fleet]')")
         self.client = redis.Redis(port=self.port, socket_timeout=2)
         for _ in range(100):

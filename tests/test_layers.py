@@ -40,8 +40,11 @@ def _imports(path: Path) -> list[tuple[int, str]]:
                 continue
             out += [(node.lineno, f"{mod}.{a.name}".lstrip(".")) for a in node.names]
         elif isinstance(node, ast.Import):
-            out += [(node.lineno, a.name.removeprefix("torchmux").lstrip("."))
-                    for a in node.names if a.name == "torchmux" or a.name.startswith("torchmux.")]
+            out += [
+                (node.lineno, a.name.removeprefix("torchmux").lstrip("."))
+                for a in node.names
+                if a.name == "torchmux" or a.name.startswith("torchmux.")
+            ]
     return out
 
 
@@ -51,9 +54,12 @@ def _files(folder: str) -> list[Path]:
 
 @pytest.mark.parametrize("layer", sorted(ALLOWED))
 def test_lower_layers_import_nothing_above(layer: str) -> None:
-    bad = [f"{p.relative_to(ROOT)}:{line} imports torchmux.{mod}"
-           for p in _files(layer) for line, mod in _imports(p)
-           if mod.split(".")[0] in LAYERS and mod.split(".")[0] not in ALLOWED[layer]]
+    bad = [
+        f"{p.relative_to(ROOT)}:{line} imports torchmux.{mod}"
+        for p in _files(layer)
+        for line, mod in _imports(p)
+        if mod.split(".")[0] in LAYERS and mod.split(".")[0] not in ALLOWED[layer]
+    ]
     assert not bad, f"{layer}/ may import only {sorted(ALLOWED[layer])}:\n" + "\n".join(bad)
 
 

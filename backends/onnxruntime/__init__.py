@@ -25,13 +25,20 @@ _NEEDS = (("onnx", "onnx"), ("onnxscript", "onnxscript"))  # (module, distributi
 
 OPTIONS: dict[str, extend.Option] = {
     "providers": extend.Option(
-        (list, tuple), None, "ONNX Runtime execution providers in priority order, as names or (name, options) "
-        "pairs (default: CPU for CPU tensors; TensorRT when its library is installed, then CUDA, then CPU for CUDA)"),
+        (list, tuple),
+        None,
+        "ONNX Runtime execution providers in priority order, as names or (name, options) "
+        "pairs (default: CPU for CPU tensors; TensorRT when its library is installed, then CUDA, then CPU for CUDA)",
+    ),
     "intra_op_num_threads": extend.Option(
-        int, None, "threads per session (default: torch.get_num_threads(), as torch.set_num_threads set it)"),
+        int, None, "threads per session (default: torch.get_num_threads(), as torch.set_num_threads set it)"
+    ),
     "allow_spinning": extend.Option(
-        bool, False, "let idle session threads spin for the next run (off: they would take the cores from "
-        "the torch ops that run between ONNX Runtime regions)"),
+        bool,
+        False,
+        "let idle session threads spin for the next run (off: they would take the cores from "
+        "the torch ops that run between ONNX Runtime regions)",
+    ),
 }
 
 

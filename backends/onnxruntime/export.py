@@ -57,8 +57,14 @@ def export_onnx(ir: GraphIR, example_inputs: Sequence[Any]) -> bytes:
     except Exception as fast_error:
         try:
             program = torch.onnx.export(
-                export_program(ir, args), (), dynamo=True,
-                optimize=False, verify=False, report=False, verbose=False, opset_version=OPSET,
+                export_program(ir, args),
+                (),
+                dynamo=True,
+                optimize=False,
+                verify=False,
+                report=False,
+                verbose=False,
+                opset_version=OPSET,
             )
         except Exception as e:
             raise RuntimeError(

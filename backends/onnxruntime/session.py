@@ -43,11 +43,11 @@ from torchmux.extend import (
     fetch_artifact,
     package_version,
     publish_artifact,
+    tensor_inputs,
 )
 
 from . import CPU, CUDA, OPTIONS, TENSORRT, usable_providers
 from .export import EXPORT_FORMAT, IR_VERSION, OPSET, export_onnx, tensor_outputs
-from torchmux.extend import tensor_inputs
 
 _log = logging.getLogger(__name__)
 
@@ -63,7 +63,6 @@ _TYPES: dict[torch.dtype, tuple[type, str]] = {
     torch.uint8: (np.uint8, "tensor(uint8)"),
     torch.bool: (np.bool_, "tensor(bool)"),
 }
-
 
 
 # --------------------------------------------------------------------------------------------- 1
@@ -93,7 +92,9 @@ def _provider_list(request: extend.CompileRequest) -> list[tuple[str, dict[str, 
     built = ort.get_available_providers()
     for p in requested:
         if not isinstance(p, str) and not (isinstance(p, (tuple, list)) and len(p) == 2 and isinstance(p[1], dict)):
-            raise ValueError(f"options['onnxruntime.providers']: {p!r} is neither a provider name nor a (name, options) pair")
+            raise ValueError(
+                f"options['onnxruntime.providers']: {p!r} is neither a provider name nor a (name, options) pair"
+            )
         name, opts = (p, {}) if isinstance(p, str) else (p[0], dict(p[1]))
         if name not in built:
             raise ValueError(
@@ -112,16 +113,19 @@ def _device(inputs: Sequence[Any]) -> torch.device:
 
 # --------------------------------------------------------------------------------------------- 2
 def _cache_dir(ir: GraphIR, providers: list[tuple[str, dict[str, Any]]]) -> Path:
-    key = json.dumps({
-        "fingerprint": ir.fingerprint(),
-        "format": EXPORT_FORMAT,
-        "onnxruntime": ort.__version__,
-        "torch": torch.__version__,
-        "onnxscript": package_version("onnxscript"),  # holds torchlib, the ATen -> ONNX translations
-        "opset": OPSET,
-        "ir_version": IR_VERSION,
-        "providers": [[name, sorted((k, str(v)) for k, v in opts.items())] for name, opts in providers],
-    }, sort_keys=True)
+    key = json.dumps(
+        {
+            "fingerprint": ir.fingerprint(),
+            "format": EXPORT_FORMAT,
+            "onnxruntime": ort.__version__,
+            "torch": torch.__version__,
+            "onnxscript": package_version("onnxscript"),  # holds torchlib, the ATen -> ONNX translations
+            "opset": OPSET,
+            "ir_version": IR_VERSION,
+            "providers": [[name, sorted((k, str(v)) for k, v in opts.items())] for name, opts in providers],
+        },
+        sort_keys=True,
+    )
     return artifact_dir("onnxruntime") / hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
@@ -188,8 +192,16 @@ def _with_engine_cache(providers: list[tuple[str, dict[str, Any]]], folder: Path
 class OrtGraph:
     """A compiled graph: an ONNX Runtime session called through IOBinding on torch memory."""
 
-    def __init__(self, ir: GraphIR, session: ort.InferenceSession, device: torch.device, *,
-                 folder: Path, cache_hit: bool, export_seconds: float) -> None:
+    def __init__(
+        self,
+        ir: GraphIR,
+        session: ort.InferenceSession,
+        device: torch.device,
+        *,
+        folder: Path,
+        cache_hit: bool,
+        export_seconds: float,
+    ) -> None:
         self.session = session
         self.providers = session.get_providers()
         self.folder, self.cache_hit, self.export_seconds = folder, cache_hit, export_seconds
@@ -218,14 +230,20 @@ class OrtGraph:
         if self._tensor_args is None:
             outs = [torch.empty(spec.shape, dtype=spec.dtype, device=self.device) for _, _, spec in self._outputs]
         else:  # dynamic axes: each output's sizes from this call's input sizes
-            values = {name: int(args[i]) if d is None else int(args[i].shape[d]) for name, (i, d) in self._sizes.items()}  # type: ignore[union-attr]
-            outs = [torch.empty([_size(x, values) for x in spec.shape], dtype=spec.dtype, device=self.device)
-                    for _, _, spec in self._outputs]
+            values = {
+                name: int(args[i]) if d is None else int(args[i].shape[d]) for name, (i, d) in self._sizes.items()
+            }  # type: ignore[union-attr]
+            outs = [
+                torch.empty([_size(x, values) for x in spec.shape], dtype=spec.dtype, device=self.device)
+                for _, _, spec in self._outputs
+            ]
             args = tuple(args[i] for i in self._tensor_args)  # type: ignore[assignment]
             if self._size_outputs:
                 self.run_into(args, outs)
-                return [_size(self._size_outputs[k], values) if k in self._size_outputs else None if j is None else outs[j]
-                        for k, j in enumerate(self._slots)]
+                return [
+                    _size(self._size_outputs[k], values) if k in self._size_outputs else None if j is None else outs[j]
+                    for k, j in enumerate(self._slots)
+                ]
         self.run_into(args, outs)
         return [None if j is None else outs[j] for j in self._slots]
 
@@ -235,8 +253,10 @@ class OrtGraph:
         ``outs`` holds one contiguous tensor per tensor output of the graph (None outputs left out), of
         the output specs' shapes and dtypes."""
         if len(args) != len(self._inputs) or len(outs) != len(self._outputs):
-            raise ValueError(f"the graph takes {len(self._inputs)} inputs and {len(self._outputs)} outputs, "
-                             f"got {len(args)} and {len(outs)}")
+            raise ValueError(
+                f"the graph takes {len(self._inputs)} inputs and {len(self._outputs)} outputs, "
+                f"got {len(args)} and {len(outs)}"
+            )
         if not self._unique(outs):  # every output is empty: nothing to compute
             return outs
         if self._stream is not None and torch.cuda.current_stream(self.device).cuda_stream != self._stream:
@@ -325,8 +345,10 @@ def _check_io(kind: str, args: Sequence[Any], specs: Sequence[TensorSpec | None]
             raise NotImplementedError(f"graph {kind} {i} has dtype {spec.dtype}, which IOBinding cannot describe")
         np_type, ort_type = _TYPES[spec.dtype]
         shape = [d if isinstance(d, int) else None for d in arg.shape]
-        if arg.type != ort_type or (len(shape) != len(spec.shape)) or any(
-            d is not None and isinstance(s, int) and d != s for d, s in zip(shape, spec.shape)
+        if (
+            arg.type != ort_type
+            or (len(shape) != len(spec.shape))
+            or any(d is not None and isinstance(s, int) and d != s for d, s in zip(shape, spec.shape))
         ):
             raise RuntimeError(
                 f"the ONNX model's {kind} {i} ({arg.name}) is {arg.type}{arg.shape}; the graph says "
@@ -385,8 +407,13 @@ def _damaged(e: BaseException) -> bool:
     return type(e).__name__ in ("InvalidProtobuf", "NoSuchFile") or "protobuf" in str(e).lower()
 
 
-def _open(request: extend.CompileRequest, ir: GraphIR, providers: list[tuple[str, dict[str, Any]]],
-          device: torch.device, folder: Path) -> OrtGraph:
+def _open(
+    request: extend.CompileRequest,
+    ir: GraphIR,
+    providers: list[tuple[str, dict[str, Any]]],
+    device: torch.device,
+    folder: Path,
+) -> OrtGraph:
     folder.mkdir(parents=True, exist_ok=True)
     exported, optimized = folder / "model.onnx", folder / "model.opt.onnx"
     have_exported, have_optimized = fetch_artifact(exported), fetch_artifact(optimized)  # local, else the fleet's

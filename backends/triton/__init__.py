@@ -13,6 +13,7 @@ imported: exact and slow, for testing, so ``auto`` never picks this backend ther
 Options (:data:`OPTIONS`): ``mode="max-autotune"`` or ``options={"triton.autotune": True}`` times a
 few block sizes per kernel at compile time instead of trusting the heuristic.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,8 +32,12 @@ __all__ = ["TritonBackend", "torchmux_add_backends"]
 MIN_VERSION = (3, 0)
 
 OPTIONS = {
-    "autotune": extend.Option(bool, False, "time a few block sizes per kernel at compile time instead of trusting "
-                              "the heuristic (on by default under mode='max-autotune')"),
+    "autotune": extend.Option(
+        bool,
+        False,
+        "time a few block sizes per kernel at compile time instead of trusting "
+        "the heuristic (on by default under mode='max-autotune')",
+    ),
 }
 
 
@@ -65,7 +70,9 @@ class TritonBackend(extend.Backend):
         if version is None or not module_present("triton"):
             return extend.Availability.no("triton is not installed; pip install 'torchmux[triton]' (triton>=3.0)")
         if version_tuple(version) < MIN_VERSION:
-            return extend.Availability.no(f"triton {version} is too old; torchmux needs triton>=3.0 (pip install -U triton)")
+            return extend.Availability.no(
+                f"triton {version} is too old; torchmux needs triton>=3.0 (pip install -U triton)"
+            )
         if not torch.cuda.is_available() and not _interpreting():
             return extend.Availability.no(
                 "no CUDA GPU; set TRITON_INTERPRET=1 to run kernels in Triton's CPU interpreter (slow, for testing)"

@@ -71,9 +71,16 @@ from .fusion import (
 __all__ = ["KernelSource", "BlockConfig", "generate", "block_config", "block_candidates", "compute_type", "RULES"]
 
 TL = {
-    torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.float64: "tl.float64",
-    torch.int64: "tl.int64", torch.int32: "tl.int32", torch.int16: "tl.int16", torch.int8: "tl.int8",
-    torch.uint8: "tl.uint8", torch.bool: "tl.int1",
+    torch.float32: "tl.float32",
+    torch.float16: "tl.float16",
+    torch.bfloat16: "tl.bfloat16",
+    torch.float64: "tl.float64",
+    torch.int64: "tl.int64",
+    torch.int32: "tl.int32",
+    torch.int16: "tl.int16",
+    torch.int8: "tl.int8",
+    torch.uint8: "tl.uint8",
+    torch.bool: "tl.int1",
 }
 F32 = "tl.float32"
 
@@ -123,8 +130,16 @@ def _pow(x: str, y: str) -> str:
 
 def _pow_scalar(a: list[str], n: fx.Node) -> str:
     x, e = a[0], args_of(n)[1]
-    table = {1: x, 2: f"({x} * {x})", 3: f"({x} * {x} * {x})", 4: f"(({x} * {x}) * ({x} * {x}))",
-             0.5: f"tl.sqrt({x})", -1: f"(1.0 / {x})", -0.5: f"tl.rsqrt({x})", 0: f"tl.where({x} == {x}, 1.0, 1.0)"}
+    table = {
+        1: x,
+        2: f"({x} * {x})",
+        3: f"({x} * {x} * {x})",
+        4: f"(({x} * {x}) * ({x} * {x}))",
+        0.5: f"tl.sqrt({x})",
+        -1: f"(1.0 / {x})",
+        -0.5: f"tl.rsqrt({x})",
+        0: f"tl.where({x} == {x}, 1.0, 1.0)",
+    }
     if e in table:
         return table[e]
     # a constant exponent: decide integer/odd here, so no Triton op runs on a Python constant
@@ -170,6 +185,7 @@ def _max_min(fn: str) -> Callable[[list[str], fx.Node], str]:
         if shape_dtype(n).is_floating_point:
             return f"tl.{fn}({a[0]}, {a[1]}, propagate_nan=tl.PropagateNan.ALL)"
         return f"tl.{fn}({a[0]}, {a[1]})"
+
     return rule
 
 
@@ -225,7 +241,9 @@ RULES: dict[str, Callable[[list[str], fx.Node], str]] = {
     "pow.Tensor_Tensor": lambda a, n: _pow(a[0], a[1]),
     "clamp.default": lambda a, n: _clamp(a[0], _arg(n, 1, "min", None), _arg(n, 2, "max", None)),
     "hardtanh.default": lambda a, n: _clamp(a[0], _arg(n, 1, "min_val", -1.0), _arg(n, 2, "max_val", 1.0)),
-    "leaky_relu.default": lambda a, n: f"tl.where({a[0]} > 0, {a[0]}, {a[0]} * {lit(_arg(n, 1, 'negative_slope', 0.01))})",
+    "leaky_relu.default": lambda a, n: (
+        f"tl.where({a[0]} > 0, {a[0]}, {a[0]} * {lit(_arg(n, 1, 'negative_slope', 0.01))})"
+    ),
     "elu.default": lambda a, n: (
         f"tl.where({a[0]} > 0, {a[0]} * {lit(float(_arg(n, 2, 'scale', 1.0)))}, "
         f"(tl.exp({a[0]} * {lit(float(_arg(n, 3, 'input_scale', 1.0)))}) - 1.0) * "
@@ -524,8 +542,10 @@ class _Emitter:
         elif count_pad:
             divisor = lit(float(kernel[0] * kernel[1]))
         else:  # the taps that are not padding
-            terms = [f"tl.where({' & '.join(c)}, 1.0, 0.0)" if c and "False" not in c else ("0.0" if c else "1.0")
-                     for _, c in pool_taps(node, index)]
+            terms = [
+                f"tl.where({' & '.join(c)}, 1.0, 0.0)" if c and "False" not in c else ("0.0" if c else "1.0")
+                for _, c in pool_taps(node, index)
+            ]
             divisor = self.new(" + ".join(terms))
         return self.rounded(self.new(f"({' + '.join(parts)}) / {divisor}"), shape_dtype(node))
 
@@ -592,7 +612,9 @@ class _Emitter:
             fn, init = ("max", "float('-inf')") if key == "amax.default" else ("min", "float('inf')")
             outs = [self.new(f"tl.{fn}(tl.where(kmask, {x}, {init}), axis=1)[:, None]")]
         elif key == "var.correction":
-            corr = float(kwargs_of(node).get("correction", 1) if kwargs_of(node).get("correction", 1) is not None else 1)
+            corr = float(
+                kwargs_of(node).get("correction", 1) if kwargs_of(node).get("correction", 1) is not None else 1
+            )
             mean = self.new(f"{total(x)} / {lit(n)}")
             d = self.new(f"tl.where(kmask, {x} - {mean}, 0.0)")
             outs = [self.new(f"{total(f'{d} * {d}')} / {lit(max(0.0, n - corr))}")]
@@ -701,6 +723,6 @@ def generate(kernel: Kernel, interpret: bool) -> KernelSource:
         + "".join(sorted(em.helpers))
         + f"@triton.jit\ndef {name}({', '.join(params)}):\n{body}\n"
     )
-    return KernelSource(name, source, inputs, [n for n, _ in kernel.stores], cfg, ops,
-                        block_candidates(kernel, interpret))
-
+    return KernelSource(
+        name, source, inputs, [n for n, _ in kernel.stores], cfg, ops, block_candidates(kernel, interpret)
+    )

@@ -44,11 +44,22 @@ import torch
 import torch.fx as fx
 
 __all__ = [
-    "Idx", "Domain", "Kernel", "Extern", "plan", "classify", "FUSIBLE_POINTWISE", "ROWWISE", "INDEX_VIEWS",
-    "EXTERN_OPS", "HANDLED_OPS", "MAX_ROW",
+    "Idx",
+    "Domain",
+    "Kernel",
+    "Extern",
+    "plan",
+    "classify",
+    "FUSIBLE_POINTWISE",
+    "ROWWISE",
+    "INDEX_VIEWS",
+    "EXTERN_OPS",
+    "HANDLED_OPS",
+    "MAX_ROW",
 ]
 
 aten = torch.ops.aten
+
 
 def args_of(node: fx.Node) -> tuple[Any, ...]:
     """``node.args`` as the op's schema has them: torch.fx types every argument as the union of every
@@ -65,39 +76,127 @@ def kwargs_of(node: fx.Node) -> dict[str, Any]:
 MAX_ROW = 8192
 
 #: ops lowered to Triton expressions (codegen.py has one rule per op)
-FUSIBLE_POINTWISE = frozenset({
-    "abs.default", "neg.default", "exp.default", "expm1.default", "log.default", "log1p.default", "sqrt.default",
-    "rsqrt.default", "reciprocal.default", "sin.default", "cos.default", "tanh.default", "sigmoid.default",
-    "erf.default", "relu.default", "gelu.default", "floor.default", "ceil.default", "round.default", "sign.default",
-    "pow.Tensor_Scalar", "pow.Tensor_Tensor", "clamp.default", "leaky_relu.default", "hardtanh.default",
-    "elu.default", "add.Tensor", "add.Scalar", "sub.Tensor", "sub.Scalar", "mul.Tensor", "mul.Scalar",
-    "div.Tensor", "div.Scalar", "maximum.default", "minimum.default", "fmod.Tensor", "fmod.Scalar",
-    "eq.Tensor", "eq.Scalar", "ne.Tensor", "ne.Scalar", "gt.Tensor", "gt.Scalar", "lt.Tensor", "lt.Scalar",
-    "ge.Tensor", "ge.Scalar", "le.Tensor", "le.Scalar", "logical_and.default", "logical_or.default",
-    "logical_not.default", "where.self", "_to_copy.default", "clone.default", "alias.default",
-    "full.default", "arange.start_step", "arange.start", "arange.default", "scalar_tensor.default",
-    "_native_batch_norm_legit_no_training.default", "constant_pad_nd.default", "cat.default",
-    "embedding.default", "gather.default", "index.Tensor", "avg_pool2d.default", "max_pool2d_with_indices.default",
-})
+FUSIBLE_POINTWISE = frozenset(
+    {
+        "abs.default",
+        "neg.default",
+        "exp.default",
+        "expm1.default",
+        "log.default",
+        "log1p.default",
+        "sqrt.default",
+        "rsqrt.default",
+        "reciprocal.default",
+        "sin.default",
+        "cos.default",
+        "tanh.default",
+        "sigmoid.default",
+        "erf.default",
+        "relu.default",
+        "gelu.default",
+        "floor.default",
+        "ceil.default",
+        "round.default",
+        "sign.default",
+        "pow.Tensor_Scalar",
+        "pow.Tensor_Tensor",
+        "clamp.default",
+        "leaky_relu.default",
+        "hardtanh.default",
+        "elu.default",
+        "add.Tensor",
+        "add.Scalar",
+        "sub.Tensor",
+        "sub.Scalar",
+        "mul.Tensor",
+        "mul.Scalar",
+        "div.Tensor",
+        "div.Scalar",
+        "maximum.default",
+        "minimum.default",
+        "fmod.Tensor",
+        "fmod.Scalar",
+        "eq.Tensor",
+        "eq.Scalar",
+        "ne.Tensor",
+        "ne.Scalar",
+        "gt.Tensor",
+        "gt.Scalar",
+        "lt.Tensor",
+        "lt.Scalar",
+        "ge.Tensor",
+        "ge.Scalar",
+        "le.Tensor",
+        "le.Scalar",
+        "logical_and.default",
+        "logical_or.default",
+        "logical_not.default",
+        "where.self",
+        "_to_copy.default",
+        "clone.default",
+        "alias.default",
+        "full.default",
+        "arange.start_step",
+        "arange.start",
+        "arange.default",
+        "scalar_tensor.default",
+        "_native_batch_norm_legit_no_training.default",
+        "constant_pad_nd.default",
+        "cat.default",
+        "embedding.default",
+        "gather.default",
+        "index.Tensor",
+        "avg_pool2d.default",
+        "max_pool2d_with_indices.default",
+    }
+)
 POOLS = frozenset({"avg_pool2d.default", "max_pool2d_with_indices.default"})
 #: ops that read at positions taken from an integer tensor
 GATHERS = frozenset({"embedding.default", "gather.default", "index.Tensor"})
 BATCH_NORM = "_native_batch_norm_legit_no_training.default"
 #: reductions and the normalizations built on them: evaluated once per row, kept in registers
-ROWWISE = frozenset({
-    "sum.dim_IntList", "sum.default", "mean.dim", "mean.default", "amax.default", "amin.default",
-    "var.correction", "_softmax.default", "_log_softmax.default", "native_layer_norm.default",
-    "argmax.default", "prod.dim_int", "cumsum.default", "any.dim", "native_group_norm.default",
-})
+ROWWISE = frozenset(
+    {
+        "sum.dim_IntList",
+        "sum.default",
+        "mean.dim",
+        "mean.default",
+        "amax.default",
+        "amin.default",
+        "var.correction",
+        "_softmax.default",
+        "_log_softmax.default",
+        "native_layer_norm.default",
+        "argmax.default",
+        "prod.dim_int",
+        "cumsum.default",
+        "any.dim",
+        "native_group_norm.default",
+    }
+)
 GROUP_NORM = "native_group_norm.default"
 #: views that are index rewrites inside a kernel (and ATen aliases outside one)
-INDEX_VIEWS = frozenset({
-    "permute.default", "t.default", "transpose.int", "expand.default", "unsqueeze.default", "squeeze.dim",
-    "squeeze.dims", "squeeze.default", "view.default", "_unsafe_view.default", "reshape.default",
-    "slice.Tensor", "select.int",
-})
+INDEX_VIEWS = frozenset(
+    {
+        "permute.default",
+        "t.default",
+        "transpose.int",
+        "expand.default",
+        "unsqueeze.default",
+        "squeeze.dim",
+        "squeeze.dims",
+        "squeeze.default",
+        "view.default",
+        "_unsafe_view.default",
+        "reshape.default",
+        "slice.Tensor",
+        "select.int",
+    }
+)
 #: ops that always run as ATen calls between kernels: matmul and convolution, and split (it returns views)
-EXTERN_OPS = frozenset({"mm.default", "addmm.default", "bmm.default", "convolution.default", "split_with_sizes.default"})
+EXTERN_OPS = frozenset(
+    {"mm.default", "addmm.default", "bmm.default", "convolution.default", "split_with_sizes.default"}
+)
 HANDLED_OPS = FUSIBLE_POINTWISE | ROWWISE | INDEX_VIEWS | EXTERN_OPS
 
 
@@ -248,7 +347,7 @@ def gather_requests(node: fx.Node, index: Index, data: Any) -> list[tuple[fx.Nod
         return [(ids, None, id_index), (x, None, normalize((data(ids, id_index),) + index[lead:], shape_of(x)))]
     x, dim, ids = args_of(node)[0], _dim(args_of(node)[1], len(shape_of(node))), args_of(node)[2]  # gather
     id_index = normalize(index, shape_of(ids))
-    src = index[:dim] + (data(ids, id_index),) + index[dim + 1:]
+    src = index[:dim] + (data(ids, id_index),) + index[dim + 1 :]
     return [(ids, None, id_index), (x, None, normalize(src, shape_of(x)))]
 
 
@@ -279,8 +378,15 @@ def view_input_index(node: fx.Node, index: Index) -> Index | None:
         return normalize(res, in_shape)
     if key == "expand.default":
         return _broadcast(index, out_shape, in_shape)
-    if key in ("unsqueeze.default", "squeeze.dim", "squeeze.dims", "squeeze.default", "view.default",
-               "_unsafe_view.default", "reshape.default"):
+    if key in (
+        "unsqueeze.default",
+        "squeeze.dim",
+        "squeeze.dims",
+        "squeeze.default",
+        "view.default",
+        "_unsafe_view.default",
+        "reshape.default",
+    ):
         return _non_unit_map(index, out_shape, in_shape)
     if key == "slice.Tensor":
         dim = _dim(args_of(node)[1] if len(args_of(node)) > 1 else 0, rank)
@@ -351,8 +457,15 @@ def rowwise_domain(node: fx.Node) -> Domain:
 
 def _keepdim(node: fx.Node) -> bool:
     key = op_key(node)
-    if key in ("sum.dim_IntList", "mean.dim", "amax.default", "amin.default", "argmax.default", "prod.dim_int",
-               "any.dim"):
+    if key in (
+        "sum.dim_IntList",
+        "mean.dim",
+        "amax.default",
+        "amin.default",
+        "argmax.default",
+        "prod.dim_int",
+        "any.dim",
+    ):
         return bool(args_of(node)[2] if len(args_of(node)) > 2 else kwargs_of(node).get("keepdim", False))
     if key == "var.correction":
         return bool(kwargs_of(node).get("keepdim", args_of(node)[3] if len(args_of(node)) > 3 else False))
@@ -397,7 +510,9 @@ def classify(node: fx.Node) -> str:
     if key in ROWWISE:
         if rowwise_domain(node).row_len > MAX_ROW:  # too long for one block: ATen reduces it
             return EXTERN
-        if not args_of(node)[0].meta["val"].dtype.is_floating_point and key != "any.dim":  # integer sums and extrema: ATen
+        if (
+            not args_of(node)[0].meta["val"].dtype.is_floating_point and key != "any.dim"
+        ):  # integer sums and extrema: ATen
             return EXTERN
         if not rowwise_domain(node).reduced:  # a reduction of a 0-d tensor: nothing to reduce
             return EXTERN
@@ -412,11 +527,15 @@ def classify(node: fx.Node) -> str:
         op_key(u) != "getitem" or args_of(u)[1] != 0 for u in node.users
     ):
         return EXTERN  # its saved statistics are wanted: ATen computes them
-    if key == "cat.default" and any(0 in shape_of(t) or len(shape_of(t)) != len(shape_of(node)) for t in args_of(node)[0]):
+    if key == "cat.default" and any(
+        0 in shape_of(t) or len(shape_of(t)) != len(shape_of(node)) for t in args_of(node)[0]
+    ):
         return EXTERN  # legacy empty inputs
     if key == "index.Tensor" and not (
-        isinstance(args_of(node)[1][0], fx.Node) and all(i is None for i in args_of(node)[1][1:])
-        and not args_of(node)[1][0].meta["val"].dtype.is_floating_point and args_of(node)[1][0].meta["val"].dtype != torch.bool
+        isinstance(args_of(node)[1][0], fx.Node)
+        and all(i is None for i in args_of(node)[1][1:])
+        and not args_of(node)[1][0].meta["val"].dtype.is_floating_point
+        and args_of(node)[1][0].meta["val"].dtype != torch.bool
     ):
         return EXTERN  # only x[i] with one integer index tensor on dim 0
     if key in FUSIBLE_POINTWISE:
@@ -440,12 +559,17 @@ def arg_requests(node: fx.Node, index: Index, domain: Domain) -> list[tuple[fx.N
         return [(args_of(node)[0], None, normalize(res, shape_of(args_of(node)[0])))]
     if kind == POINTWISE and op_key(node) == "cat.default":
         dim, spans = cat_spans(node)
-        return [(t, None, normalize(index[:dim] + (clamped(index[dim], off, size),) + index[dim + 1:], shape_of(t)))
-                for t, off, size in spans]
+        return [
+            (t, None, normalize(index[:dim] + (clamped(index[dim], off, size),) + index[dim + 1 :], shape_of(t)))
+            for t, off, size in spans
+        ]
     if kind == POINTWISE and op_key(node) == BATCH_NORM:  # per-channel statistics along dim 1
         channel = (index[1],) if len(index) > 1 else (ZERO,)
-        return [(a, None, index if i == 0 else normalize(channel, shape_of(a)))
-                for i, a in enumerate(args_of(node)[:5]) if isinstance(a, fx.Node)]
+        return [
+            (a, None, index if i == 0 else normalize(channel, shape_of(a)))
+            for i, a in enumerate(args_of(node)[:5])
+            if isinstance(a, fx.Node)
+        ]
     if kind == POINTWISE:
         out_shape = shape_of(node)
         return [(a, None, _broadcast(index, out_shape, shape_of(a))) for a in args_of(node) if isinstance(a, fx.Node)]
@@ -465,7 +589,9 @@ def arg_requests(node: fx.Node, index: Index, domain: Domain) -> list[tuple[fx.N
         if op_key(node) == GROUP_NORM:
             x_index = group_norm_input_index(node, domain)
             reqs = [(x, None, x_index)]
-            reqs += [(a, None, normalize(x_index[1:2], shape_of(a))) for a in args_of(node)[1:3] if isinstance(a, fx.Node)]
+            reqs += [
+                (a, None, normalize(x_index[1:2], shape_of(a))) for a in args_of(node)[1:3] if isinstance(a, fx.Node)
+            ]
         return reqs
     return None
 

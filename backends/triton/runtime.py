@@ -85,10 +85,14 @@ class _Launch:
     With ``tune``, the first launch times every candidate block config (a few runs each; a kernel only
     writes its own outputs, so running it again is harmless) and keeps the fastest."""
 
-    def __init__(self, ks: codegen.KernelSource, fn: Any, tune: bool) -> None:  # fn: a triton.JITFunction (fn[grid](...))
+    def __init__(
+        self, ks: codegen.KernelSource, fn: Any, tune: bool
+    ) -> None:  # fn: a triton.JITFunction (fn[grid](...))
         self.ks, self.fn = ks, fn
-        self.outs = [(tuple(int(s) for s in n.meta["val"].shape), _layout(n.meta["val"]), n.meta["val"].dtype)
-                     for n in ks.outputs]
+        self.outs = [
+            (tuple(int(s) for s in n.meta["val"].shape), _layout(n.meta["val"]), n.meta["val"].dtype)
+            for n in ks.outputs
+        ]
         self.config = ks.config
         self.tune = tune and len(ks.candidates) > 1
         self.empty = any(0 in shape for shape, _, _ in self.outs)
@@ -189,8 +193,10 @@ def compile_graph(ir: GraphIR, example_inputs: Sequence[Any], *, autotune: bool 
     device = next((t.device for t in example_inputs if isinstance(t, torch.Tensor)), torch.device("cpu"))
     interpret = interpreting()
     if device.type != "cuda" and not interpret:
-        raise RuntimeError(f"triton kernels run on CUDA tensors (got {device.type}); set TRITON_INTERPRET=1 "
-                           "before anything imports triton to run them in the CPU interpreter")
+        raise RuntimeError(
+            f"triton kernels run on CUDA tensors (got {device.type}); set TRITON_INTERPRET=1 "
+            "before anything imports triton to run them in the CPU interpreter"
+        )
     for node in ir.graph.nodes:  # constants embedded in the graph are read like inputs
         if node.op == "get_attr" and "val" not in node.meta:
             node.meta["val"] = getattr(ir.gm, str(node.target))

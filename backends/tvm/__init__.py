@@ -21,14 +21,22 @@ from torchmux.extend import load_claims, load_nonfinite_unsafe, module_present, 
 MIN_VERSION = (0, 21)
 
 OPTIONS: dict[str, extend.Option] = {
-    "tune_seconds": extend.Option(float, 120.0, "wall-clock budget for MetaSchedule tuning of one graph "
-                                  "(mode='max-autotune' only)"),
+    "tune_seconds": extend.Option(
+        float, 120.0, "wall-clock budget for MetaSchedule tuning of one graph (mode='max-autotune' only)"
+    ),
     "tune_trials": extend.Option(int, 512, "at most this many measured trials for one graph, over all its tasks"),
-    "tune_trials_per_task": extend.Option(int, 64, "a task (one fused kernel) is tuned until the tuning database "
-                                          "holds this many trials for it; tasks tuned that far are reused"),
+    "tune_trials_per_task": extend.Option(
+        int,
+        64,
+        "a task (one fused kernel) is tuned until the tuning database "
+        "holds this many trials for it; tasks tuned that far are reused",
+    ),
     "trials_per_round": extend.Option(int, 16, "trials measured between two looks at the clock"),
-    "target": extend.Option((dict, type(None)), None, "a TVM target in JSON-dict form ({'kind': 'llvm', "
-                            "'mcpu': 'skylake'}) in place of the host's"),
+    "target": extend.Option(
+        (dict, type(None)),
+        None,
+        "a TVM target in JSON-dict form ({'kind': 'llvm', 'mcpu': 'skylake'}) in place of the host's",
+    ),
     "cache": extend.Option(bool, True, "read and write built libraries under TORCHMUX_CACHE_DIR/tvm"),
 }
 
@@ -39,8 +47,11 @@ _STATIC_ONLY = frozenset({"aten._native_batch_norm_legit_no_training.default"})
 
 def _symbolic(node: torch.fx.Node) -> bool:
     values = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
-    return any(isinstance(t, torch.Tensor) and not all(isinstance(d, int) for d in t.shape)
-               for v in values for t in (v if isinstance(v, (tuple, list)) else [v]))
+    return any(
+        isinstance(t, torch.Tensor) and not all(isinstance(d, int) for d in t.shape)
+        for v in values
+        for t in (v if isinstance(v, (tuple, list)) else [v])
+    )
 
 
 class TvmBackend(extend.Backend):

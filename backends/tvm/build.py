@@ -163,7 +163,13 @@ def target_for(device: torch.device, override: Any = None) -> tvm.target.Target:
 
 
 def artifact_key(fingerprint: str, target: tvm.target.Target, tuning: dict[str, Any] | None) -> str:
-    parts = [f"format={FORMAT}", fingerprint, str(target), f"tvm={tvm.__version__}", f"tuning={json.dumps(tuning, sort_keys=True)}"]
+    parts = [
+        f"format={FORMAT}",
+        fingerprint,
+        str(target),
+        f"tvm={tvm.__version__}",
+        f"tuning={json.dumps(tuning, sort_keys=True)}",
+    ]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
 
@@ -206,8 +212,14 @@ def _without_empty_cat_inputs(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         val = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
         return isinstance(val, torch.Tensor) and val.dim() == 1 and val.numel() == 0
 
-    cats = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is torch.ops.aten.cat.default
-            and any(legacy_empty(a) for a in n.args[0]) and not all(legacy_empty(a) for a in n.args[0])]
+    cats = [
+        n
+        for n in gm.graph.nodes
+        if n.op == "call_function"
+        and n.target is torch.ops.aten.cat.default
+        and any(legacy_empty(a) for a in n.args[0])
+        and not all(legacy_empty(a) for a in n.args[0])
+    ]
     if not cats:
         return gm
     gm = copy.deepcopy(gm)
@@ -239,7 +251,11 @@ def _reduction(op_name: str) -> Any:
 
 
 # ATen reductions missing from TVM 0.27's PyTorch frontend (prod only without a dtype argument)
-_EXTRA_CONVERTERS = {"amax.default": _reduction("max"), "amin.default": _reduction("min"), "prod.dim_int": _reduction("prod")}
+_EXTRA_CONVERTERS = {
+    "amax.default": _reduction("max"),
+    "amin.default": _reduction("min"),
+    "prod.dim_int": _reduction("prod"),
+}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -292,8 +308,13 @@ def _store(lib_dir: Path, key: str, executable: Any, ir: extend.GraphIR, info: B
     except Exception as e:  # no C compiler, read-only disk...: run from memory, say why once
         with contextlib.suppress(Exception):
             os.unlink(tmp)
-        _log.warning("tvm: could not cache the library for %s under %s (%s: %s); it works from memory",
-                     ir.name, lib_dir, type(e).__name__, e)
+        _log.warning(
+            "tvm: could not cache the library for %s under %s (%s: %s); it works from memory",
+            ir.name,
+            lib_dir,
+            type(e).__name__,
+            e,
+        )
         return "unwritable"
 
 
@@ -302,8 +323,9 @@ def _store(lib_dir: Path, key: str, executable: Any, ir: extend.GraphIR, info: B
 # ------------------------------------------------------------------------------------------------
 
 
-def _runner(executable: Any, device: torch.device, info: BuildInfo, n_outputs: int,
-            tensors: list[int] | None = None) -> extend.CompiledGraph:
+def _runner(
+    executable: Any, device: torch.device, info: BuildInfo, n_outputs: int, tensors: list[int] | None = None
+) -> extend.CompiledGraph:
     dev = tvm.cuda(device.index or 0) if device.type == "cuda" else tvm.cpu(0)
     main = relax.VirtualMachine(executable, dev)["main"]
     to_tvm, to_torch = tvm.runtime.from_dlpack, torch.from_dlpack

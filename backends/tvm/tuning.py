@@ -38,8 +38,9 @@ if TYPE_CHECKING:
 _log = logging.getLogger("torchmux.tvm.tuning")
 
 
-
-def build_tuned(mod: tvm.IRModule, target: tvm.target.Target, device: torch.device, opts: dict[str, Any], info: BuildInfo) -> Any:
+def build_tuned(
+    mod: tvm.IRModule, target: tvm.target.Target, device: torch.device, opts: dict[str, Any], info: BuildInfo
+) -> Any:
     """Tune the graph's kernels within the budget, then build it with the best schedules known."""
     from tvm.s_tir import meta_schedule as ms
 
@@ -70,8 +71,14 @@ def build_tuned(mod: tvm.IRModule, target: tvm.target.Target, device: torch.devi
         trials_left = int(opts["tune_trials"])
         for _, task, wkey in pending:
             tuned_here = 0
-            while store.trials(wkey) < int(opts["tune_trials_per_task"]) and trials_left > 0 and time.monotonic() < deadline:
-                n = min(int(opts["trials_per_round"]), int(opts["tune_trials_per_task"]) - store.trials(wkey), trials_left)
+            while (
+                store.trials(wkey) < int(opts["tune_trials_per_task"])
+                and trials_left > 0
+                and time.monotonic() < deadline
+            ):
+                n = min(
+                    int(opts["trials_per_round"]), int(opts["tune_trials_per_task"]) - store.trials(wkey), trials_left
+                )
                 exhausted = tuner.tune(task, n)
                 store.add(wkey, task, n if not exhausted else int(opts["tune_trials_per_task"]), database, target)
                 trials_left -= n
@@ -127,7 +134,11 @@ class _Tuner:
         self.builder = _in_process_builder()
         self.runner = _in_process_runner(self.builder, "cuda" if device.type == "cuda" else "cpu")
         cost = "xgb" if module_present("xgboost") else "random"
-        self.cost_model = ms.cost_model.CostModel.create(cost, num_tuning_cores=host_cores()) if cost == "xgb" else ms.cost_model.CostModel.create(cost)
+        self.cost_model = (
+            ms.cost_model.CostModel.create(cost, num_tuning_cores=host_cores())
+            if cost == "xgb"
+            else ms.cost_model.CostModel.create(cost)
+        )
         self.logger = logging.getLogger("torchmux.tvm.tuning")
 
     def tune(self, task: Any, trials: int) -> bool:
@@ -147,9 +158,16 @@ class _Tuner:
             logger=self.logger,
         )
         ms.tune_tasks(
-            tasks=[ctx], task_weights=[1.0], work_dir=tempfile.gettempdir(),
-            max_trials_global=trials, max_trials_per_task=trials, num_trials_per_iter=trials,
-            builder=self.builder, runner=self.runner, database=self.database, cost_model=self.cost_model,
+            tasks=[ctx],
+            task_weights=[1.0],
+            work_dir=tempfile.gettempdir(),
+            max_trials_global=trials,
+            max_trials_per_task=trials,
+            num_trials_per_iter=trials,
+            builder=self.builder,
+            runner=self.runner,
+            database=self.database,
+            cost_model=self.cost_model,
             measure_callbacks=[ms.measure_callback.AddToDatabase(), ms.measure_callback.UpdateCostModel()],
             task_scheduler="round-robin",
         )
@@ -162,8 +180,11 @@ def _space(target: tvm.target.Target) -> Any:
     from tvm.s_tir import meta_schedule as ms
 
     kind = "cuda" if target.kind.name == "cuda" else "llvm"
-    mutators = {m: p for m, p in ms.Mutator.create(kind).items()
-                if type(m).__name__ not in ("MutateComputeLocation", "MutateParallel")}
+    mutators = {
+        m: p
+        for m, p in ms.Mutator.create(kind).items()
+        if type(m).__name__ not in ("MutateComputeLocation", "MutateParallel")
+    }
     return ms.space_generator.PostOrderApply(sch_rules=kind, postprocs=kind, mutator_probs=mutators)
 
 
@@ -268,7 +289,9 @@ class RecordStore:
             try:
                 sch = s_tir.Schedule(workload)
                 s_tir.Trace.apply_json_to_schedule(rec["trace"], sch)
-                database.commit_tuning_record(ms.database.TuningRecord(sch.trace, wl, rec["run_secs"], target, args_info))
+                database.commit_tuning_record(
+                    ms.database.TuningRecord(sch.trace, wl, rec["run_secs"], target, args_info)
+                )
                 n += 1
             except Exception as e:  # a record that no longer applies (TVM changed) is dropped
                 _log.info("tvm: dropping a tuning record of %s: %s", wkey, e)
@@ -318,8 +341,11 @@ def _fast_frame_introspection() -> Iterator[None]:
         while frame is not None:
             code, lineno = frame.f_code, frame.f_lineno
             line = linecache.getline(code.co_filename, lineno, frame.f_globals) if context > 0 else ""
-            frames.append(inspect.FrameInfo(frame, code.co_filename, lineno, code.co_name,
-                                            [line] if line else None, 0 if line else None))
+            frames.append(
+                inspect.FrameInfo(
+                    frame, code.co_filename, lineno, code.co_name, [line] if line else None, 0 if line else None
+                )
+            )
             frame = frame.f_back
         return frames
 

@@ -53,20 +53,27 @@ def main() -> int:
         print("redis-server is not installed (apt-get install redis-server)", file=sys.stderr)
         return 1
     work = tempfile.mkdtemp(prefix="torchmux-fleet-")
-    server = subprocess.Popen([binary, "--port", str(args.port), "--bind", "127.0.0.1", "--dir", work, "--save", "",
-                               "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [binary, "--port", str(args.port), "--bind", "127.0.0.1", "--dir", work, "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
     try:
         time.sleep(0.5)
         code = MACHINE.replace("BACKEND", repr(args.backend))
         for name in ("A", "B", "B"):  # the second run on B: its own local cache is warm now
-            env = {**os.environ, "TORCHMUX_CACHE_DIR": os.path.join(work, f"machine{name}"),
-                   "TORCHMUX_REMOTE_CACHE": f"redis://127.0.0.1:{args.port}/0"}
+            env = {
+                **os.environ,
+                "TORCHMUX_CACHE_DIR": os.path.join(work, f"machine{name}"),
+                "TORCHMUX_REMOTE_CACHE": f"redis://127.0.0.1:{args.port}/0",
+            }
             proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
             result = json.loads(proc.stdout.strip().splitlines()[-1])
             folder = os.path.join(work, f"machine{name}", "decisions")
             winners = sorted({json.loads(Path(folder, f).read_text())["backend"] for f in os.listdir(folder)})
-            print(f"machine {name}: compile to first answer {result['seconds']:.2f} s, "
-                  f"{result['measured']} candidates measured, running on {', '.join(winners)}")
+            print(
+                f"machine {name}: compile to first answer {result['seconds']:.2f} s, "
+                f"{result['measured']} candidates measured, running on {', '.join(winners)}"
+            )
     finally:
         server.kill()
         server.wait()

@@ -6,6 +6,7 @@ import torch
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2] / "tests" / "autotune"))
 import faulty_backends
+
 import torchmux
 from torchmux.autotune import isolate
 from torchmux.core.registry import get_registry

@@ -38,14 +38,18 @@ def _samples_ms(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, lis
 def models(names: list[str], batch: int, rounds: int, threads: int) -> None:
     print(f"batch {batch}, {rounds} interleaved rounds, torch and onnxruntime threads {threads}")
     print("median ms (min ms): on a shared machine the minimum is the better estimate of the work itself")
-    print(f"{'model':<8} {'eager':>15} {'inductor':>15} {'onnxruntime':>15} {'inductor/eager':>15} {'ort/eager':>10} "
-          f"{'ort/eager min':>14} {'ort compile s':>14}")
+    print(
+        f"{'model':<8} {'eager':>15} {'inductor':>15} {'onnxruntime':>15} {'inductor/eager':>15} {'ort/eager':>10} "
+        f"{'ort/eager min':>14} {'ort compile s':>14}"
+    )
     for name in names:
         model, args = zoo.build(name, batch)
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             inductor = torch.compile(model)
-            ort_model = torchmux.compile(model, backend="onnxruntime", options={"onnxruntime.intra_op_num_threads": threads})
+            ort_model = torchmux.compile(
+                model, backend="onnxruntime", options={"onnxruntime.intra_op_num_threads": threads}
+            )
             t0 = time.perf_counter()
             ort_model(*args)
             ort_compile = time.perf_counter() - t0
@@ -57,9 +61,11 @@ def models(names: list[str], batch: int, rounds: int, threads: int) -> None:
         med = {k: statistics.median(v) for k, v in s.items()}
         low = {k: min(v) for k, v in s.items()}
         cell = {k: f"{med[k]:.3f} ({low[k]:.3f})" for k in s}
-        print(f"{name:<8} {cell['eager']:>15} {cell['inductor']:>15} {cell['ort']:>15} "
-              f"{med['inductor'] / med['eager']:15.2f} {med['ort'] / med['eager']:10.2f} "
-              f"{low['ort'] / low['eager']:14.2f} {ort_compile:14.2f}")
+        print(
+            f"{name:<8} {cell['eager']:>15} {cell['inductor']:>15} {cell['ort']:>15} "
+            f"{med['inductor'] / med['eager']:15.2f} {med['ort'] / med['eager']:10.2f} "
+            f"{low['ort'] / low['eager']:14.2f} {ort_compile:14.2f}"
+        )
         torch._dynamo.reset()
 
 
@@ -69,8 +75,11 @@ def hot_path(rounds: int, threads: int) -> None:
 
     x = torch.randn(64, 256)
     ir = trace(lambda x: torch.relu(x) + 1, [x])
-    graph = get_registry().get("onnxruntime").compile(
-        torchmux.CompileRequest(ir, [x], options={"intra_op_num_threads": threads}))
+    graph = (
+        get_registry()
+        .get("onnxruntime")
+        .compile(torchmux.CompileRequest(ir, [x], options={"intra_op_num_threads": threads}))
+    )
     session = graph.session  # type: ignore[attr-defined]  # the ONNX Runtime backend's compiled graph keeps its session
     name_in, name_out = session.get_inputs()[0].name, session.get_outputs()[0].name
 
@@ -78,9 +87,11 @@ def hot_path(rounds: int, threads: int) -> None:
         return torch.from_numpy(session.run([name_out], {name_in: x.numpy()})[0])
 
     s = _samples_ms({"iobinding": lambda: graph(x), "numpy": numpy_round_trip}, rounds * 20)
-    print(f"hot path, relu(x)+1 on f32[64, 256], median (min): IOBinding {statistics.median(s['iobinding']) * 1e3:.1f} "
-          f"({min(s['iobinding']) * 1e3:.1f}) us, session.run with NumPy {statistics.median(s['numpy']) * 1e3:.1f} "
-          f"({min(s['numpy']) * 1e3:.1f}) us")
+    print(
+        f"hot path, relu(x)+1 on f32[64, 256], median (min): IOBinding {statistics.median(s['iobinding']) * 1e3:.1f} "
+        f"({min(s['iobinding']) * 1e3:.1f}) us, session.run with NumPy {statistics.median(s['numpy']) * 1e3:.1f} "
+        f"({min(s['numpy']) * 1e3:.1f}) us"
+    )
 
 
 def main() -> None:

@@ -66,7 +66,11 @@ def _child(setting: str, model_path: str, threads: int, calls: int, rounds: int)
 
     a = session()
     name = a.get_inputs()[0].name
-    x = np.random.default_rng(0).standard_normal([d if isinstance(d, int) else 1 for d in a.get_inputs()[0].shape]).astype(np.float32)
+    x = (
+        np.random.default_rng(0)
+        .standard_normal([d if isinstance(d, int) else 1 for d in a.get_inputs()[0].shape])
+        .astype(np.float32)
+    )
     for _ in range(3):  # warm-up: first runs page in the weights and settle the allocator
         burst(a, None)
     alone = min(burst(a, None) for _ in range(rounds))
@@ -93,6 +97,7 @@ def main() -> None:
         return
 
     import torch
+
     from torchmux.bench.zoo import build
 
     model, args = build("mlp", 1)
@@ -102,13 +107,32 @@ def main() -> None:
             torch.onnx.export(model, args, path, dynamo=True, optimize=True, verbose=False)
         rows: dict[str, dict[str, float]] = {}
         for setting in [s for _ in range(a.passes) for s in SETTINGS]:  # settings take turns: noise hits all
-            out = subprocess.run([sys.executable, "-m", "torchmux.bench.scripts.ort_sessions", "--child", setting,
-                                  "--model", path, "--threads", str(a.threads), "--calls", str(a.calls),
-                                  "--rounds", str(a.rounds)], capture_output=True, text=True, check=True)
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "torchmux.bench.scripts.ort_sessions",
+                    "--child",
+                    setting,
+                    "--model",
+                    path,
+                    "--threads",
+                    str(a.threads),
+                    "--calls",
+                    str(a.calls),
+                    "--rounds",
+                    str(a.rounds),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             new = json.loads(out.stdout.strip().splitlines()[-1])
             rows[setting] = {k: min(v, rows.get(setting, new)[k]) for k, v in new.items()}
-    print(f"MLP batch 1, {a.threads} intra-op threads, us per call (best burst of {a.rounds} x {a.calls}, "
-          f"best of {a.passes} processes; alternating: per call of A or B)")
+    print(
+        f"MLP batch 1, {a.threads} intra-op threads, us per call (best burst of {a.rounds} x {a.calls}, "
+        f"best of {a.passes} processes; alternating: per call of A or B)"
+    )
     print(f"{'setting':28s} {'A alone':>9s} {'B alive':>9s} {'A,B alternating':>16s}")
     for setting, r in rows.items():
         print(f"{setting:28s} {r['alone']:9.1f} {r['b idle']:9.1f} {r['alternating']:16.1f}")

@@ -38,7 +38,9 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
 
 
-def workloads(rows: int, cols: int, dtype: torch.dtype) -> dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...]]]:
+def workloads(
+    rows: int, cols: int, dtype: torch.dtype
+) -> dict[str, tuple[Callable[..., Any], tuple[torch.Tensor, ...]]]:
     g = torch.Generator(device="cuda").manual_seed(0)
 
     def r(*shape: int) -> torch.Tensor:
@@ -81,8 +83,10 @@ def main() -> int:
     parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
     opts = parser.parse_args()
     if not torch.cuda.is_available():
-        print("triton_bandwidth.py needs a CUDA GPU (torch sees none); it measures GPU memory bandwidth. "
-              "Run it on a GPU machine. Nothing was measured.")
+        print(
+            "triton_bandwidth.py needs a CUDA GPU (torch sees none); it measures GPU memory bandwidth. "
+            "Run it on a GPU machine. Nothing was measured."
+        )
         return 0
     from triton.testing import do_bench
 
@@ -106,11 +110,23 @@ def main() -> int:
     print()
     print(header)
     for row in results:
-        print(f"{row['workload']:<15} {row['system']:<9} {row['ms']:>8.3f} {row['gbps']:>8.0f} {row['fraction_of_copy']:>8.2f}")
+        print(
+            f"{row['workload']:<15} {row['system']:<9} {row['ms']:>8.3f} {row['gbps']:>8.0f} {row['fraction_of_copy']:>8.2f}"
+        )
     if opts.json:
         with open(opts.json, "w") as f:
-            json.dump(dict(device=torch.cuda.get_device_name(), copy_gbps=peak / 1e9, rows=opts.rows, cols=opts.cols,
-                           dtype=opts.dtype, results=results), f, indent=2)
+            json.dump(
+                dict(
+                    device=torch.cuda.get_device_name(),
+                    copy_gbps=peak / 1e9,
+                    rows=opts.rows,
+                    cols=opts.cols,
+                    dtype=opts.dtype,
+                    results=results,
+                ),
+                f,
+                indent=2,
+            )
     return 0
 
 

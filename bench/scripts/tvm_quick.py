@@ -72,11 +72,17 @@ def main() -> None:
     with_ort = get_registry().availability("onnxruntime").ok if "onnxruntime" in get_registry().names else False
     tune = {"tvm.tune_seconds": a.tune_seconds, "tvm.trials_per_round": 8}
     tvm_opts = {"tvm.target": _host_target(a.threads)}
-    print(f"batch {a.batch}, {a.rounds} interleaved rounds, threads {a.threads} (torch, tvm, onnxruntime), "
-          f"tuning budget {a.tune_seconds:.0f} s per graph; median ms, ratio to eager")
+    print(
+        f"batch {a.batch}, {a.rounds} interleaved rounds, threads {a.threads} (torch, tvm, onnxruntime), "
+        f"tuning budget {a.tune_seconds:.0f} s per graph; median ms, ratio to eager"
+    )
     cols = ["eager", "inductor"] + (["onnxruntime"] if with_ort else []) + ["tvm", "tvm-tuned"]
-    print(f"{'model':<8}" + "".join(f"{c:>12}" for c in cols) + "".join(f"{c + '/eager':>18}" for c in cols[1:])
-          + f"{'tvm 1st s':>11}{'tuned 1st s':>12}")
+    print(
+        f"{'model':<8}"
+        + "".join(f"{c:>12}" for c in cols)
+        + "".join(f"{c + '/eager':>18}" for c in cols[1:])
+        + f"{'tvm 1st s':>11}{'tuned 1st s':>12}"
+    )
     for name in a.models.split(","):
         model, args = zoo.build(name, a.batch)
         with torch.no_grad(), warnings.catch_warnings():
@@ -85,7 +91,9 @@ def main() -> None:
             inductor = torch.compile(model)
             fns["inductor"] = lambda: inductor(*args)
             if with_ort:
-                ort = torchmux.compile(model, backend="onnxruntime", options={"onnxruntime.intra_op_num_threads": a.threads})
+                ort = torchmux.compile(
+                    model, backend="onnxruntime", options={"onnxruntime.intra_op_num_threads": a.threads}
+                )
                 fns["onnxruntime"] = lambda: ort(*args)
             tvm_model = torchmux.compile(model, backend="tvm", options=tvm_opts)
             first = _first_call(lambda: tvm_model(*args))
@@ -98,8 +106,12 @@ def main() -> None:
                 fn()
             s = _samples_ms(fns, a.rounds)
         med = {k: statistics.median(v) for k, v in s.items()}
-        print(f"{name:<8}" + "".join(f"{med[c]:12.3f}" for c in cols)
-              + "".join(f"{med[c] / med['eager']:18.2f}" for c in cols[1:]) + f"{first:11.1f}{tuned_first:12.1f}")
+        print(
+            f"{name:<8}"
+            + "".join(f"{med[c]:12.3f}" for c in cols)
+            + "".join(f"{med[c] / med['eager']:18.2f}" for c in cols[1:])
+            + f"{first:11.1f}{tuned_first:12.1f}"
+        )
         torch._dynamo.reset()
 
 

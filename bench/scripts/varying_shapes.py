@@ -22,7 +22,8 @@ import random
 import tempfile
 import time
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -58,7 +59,9 @@ def run(models: list[str], systems: list[str], calls: int, seed: int) -> None:
     from torchmux.bench import zoo
 
     counts = _count_compiles()
-    print(f"{'model':6} {'system':13} {'total s':>8} {'vs torch.compile':>16}  compiles per backend         matches eager")
+    print(
+        f"{'model':6} {'system':13} {'total s':>8} {'vs torch.compile':>16}  compiles per backend         matches eager"
+    )
     for name in models:
         model, _ = zoo.build(name, 1)
         sizes = _sizes(name, calls, seed)
@@ -87,9 +90,16 @@ def run(models: list[str], systems: list[str], calls: int, seed: int) -> None:
                     ok = ok and torch.allclose(a, b, rtol=1e-3, atol=1e-3)
             fallbacks = sum(1 for w in caught if "Fallback" in w.category.__name__)
             ratio = totals[system] / totals["torch.compile"] if "torch.compile" in totals else float("nan")
-            compiled = ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) if system not in ("eager", "torch.compile") else "-"
-            print(f"{name:6} {system:13} {totals[system]:8.2f} {ratio:16.2f}  {compiled:28} {'yes' if ok else 'NO'}"
-                  + (f"  ({fallbacks} fallback warnings)" if fallbacks else ""), flush=True)
+            compiled = (
+                ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+                if system not in ("eager", "torch.compile")
+                else "-"
+            )
+            print(
+                f"{name:6} {system:13} {totals[system]:8.2f} {ratio:16.2f}  {compiled:28} {'yes' if ok else 'NO'}"
+                + (f"  ({fallbacks} fallback warnings)" if fallbacks else ""),
+                flush=True,
+            )
 
 
 def main() -> None:

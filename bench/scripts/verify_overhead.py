@@ -6,6 +6,7 @@ import sys
 import time
 
 import torch
+
 from torchmux.autotune import verify
 from torchmux.autotune.runner import GraphRunner
 from torchmux.bench import zoo
@@ -19,17 +20,20 @@ for name in sys.argv[2:] or ("mlp", "bert"):
     model.eval()
     state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     names, n = list(state), len(state)
-    fn = lambda *a, model=model, names=names, n=n: torch.func.functional_call(model, dict(zip(names, a[:n])), tuple(a[n:]))
+
+    def fn(*a, model=model, names=names, n=n):
+        return torch.func.functional_call(model, dict(zip(names, a[:n])), tuple(a[n:]))
+
     args = [t.detach() for t in state.values()] + list(args)
     traced = trace(fn, args, name=name)
     ir = GraphIR(traced.gm, ["param"] * n + ["input"] * (len(args) - n), name=name)
-    runners = {p: GraphRunner(ir, resolve(backend, None, {"verify": p})) for p in ("first", "sparse")}
+    runners = {p: GraphRunner(ir, resolve(backend, None, {"verify": p, "freeze": False})) for p in ("first", "sparse")}
     t = {p: [] for p in runners}
     with torch.no_grad():
         for r in runners.values():
             r(*args)
         N = 200
-        for rep in range(11):  # 2200 calls each: the schedule's 12 checks (1..1024, 2048) all fall inside
+        for _ in range(11):  # 2200 calls each: the schedule's 12 checks (1..1024, 2048) all fall inside
             for p, r in runners.items():
                 t0 = time.perf_counter()
                 for _ in range(N):
@@ -38,14 +42,27 @@ for name in sys.argv[2:] or ("mlp", "bert"):
     a, b = statistics.median(t["first"]), statistics.median(t["sparse"])
     tot_a, tot_b = sum(t["first"]), sum(t["sparse"])
     g = runners["sparse"]._fns[next(iter(runners["sparse"]._fns))]
-    print(f"{name} on {backend}: median per call first {a*1e6:.1f} us, sparse {b*1e6:.1f} us (ratio {b/a:.4f}); "
-          f"all 2200 calls incl. checks: ratio {tot_b/tot_a:.4f}; checks done {g.calls} calls, backend {g.backend}")
+    print(
+        f"{name} on {backend}: median per call first {a * 1e6:.1f} us, sparse {b * 1e6:.1f} us (ratio {b / a:.4f}); "
+        f"all 2200 calls incl. checks: ratio {tot_b / tot_a:.4f}; checks done {g.calls} calls, backend {g.backend}"
+    )
     # the same figure by parts, each timed in this run: the per-call bookkeeping (input kind + schedule),
     # and one check, which steady state pays once per 1024 calls
     with torch.no_grad():
         g.calls = 5000
-        t0 = time.perf_counter(); [g._due(args) for _ in range(2000)]; due = (time.perf_counter() - t0) / 2000
-        t0 = time.perf_counter(); [verify.check_call(ir, g.fn, args) for _ in range(5)]; chk = (time.perf_counter() - t0) / 5
-        t0 = time.perf_counter(); [g.fn(*args) for _ in range(200)]; call = (time.perf_counter() - t0) / 200
-    print(f"  by parts: call {call*1e6:.1f} us, bookkeeping {due*1e6:.2f} us/call, one check {chk*1e3:.2f} ms "
-          f"-> steady-state overhead {(due + chk / verify.SPARSE_EVERY) / call * 100:.2f}%")
+        t0 = time.perf_counter()
+        for _ in range(2000):
+            g._due(args)
+        due = (time.perf_counter() - t0) / 2000
+        t0 = time.perf_counter()
+        for _ in range(5):
+            verify.check_call(ir, g.fn, args)
+        chk = (time.perf_counter() - t0) / 5
+        t0 = time.perf_counter()
+        for _ in range(200):
+            g.fn(*args)
+        call = (time.perf_counter() - t0) / 200
+    print(
+        f"  by parts: call {call * 1e6:.1f} us, bookkeeping {due * 1e6:.2f} us/call, one check {chk * 1e3:.2f} ms "
+        f"-> steady-state overhead {(due + chk / verify.SPARSE_EVERY) / call * 100:.2f}%"
+    )

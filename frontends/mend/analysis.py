@@ -29,26 +29,108 @@ TYPE_PARAMS: dict[str, Any] = {"type_params": []} if sys.version_info >= (3, 12)
 
 #: functions that draw random numbers (by name, under torch, torch.nn.functional, Tensor)
 RANDOM = {
-    "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "bernoulli",
-    "multinomial", "normal", "poisson", "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
-    "feature_alpha_dropout", "rrelu", "gumbel_softmax", "native_dropout",
+    "rand",
+    "randn",
+    "randint",
+    "randperm",
+    "rand_like",
+    "randn_like",
+    "randint_like",
+    "bernoulli",
+    "multinomial",
+    "normal",
+    "poisson",
+    "dropout",
+    "dropout1d",
+    "dropout2d",
+    "dropout3d",
+    "alpha_dropout",
+    "feature_alpha_dropout",
+    "rrelu",
+    "gumbel_softmax",
+    "native_dropout",
 }
 #: functions that raise on some data (indices out of range, singular matrices, bad targets)
 MAY_FAIL = {
-    "gather", "index_select", "take", "take_along_dim", "embedding", "embedding_bag", "one_hot", "bincount",
-    "scatter", "scatter_add", "scatter_reduce", "index_add", "index_copy", "index_fill", "index_put",
-    "cholesky", "cholesky_inverse", "inverse", "inv", "solve", "lu", "lu_factor", "lu_solve", "triangular_solve",
-    "nll_loss", "cross_entropy", "multi_margin_loss", "ctc_loss", "item", "repeat_interleave", "unflatten",
+    "gather",
+    "index_select",
+    "take",
+    "take_along_dim",
+    "embedding",
+    "embedding_bag",
+    "one_hot",
+    "bincount",
+    "scatter",
+    "scatter_add",
+    "scatter_reduce",
+    "index_add",
+    "index_copy",
+    "index_fill",
+    "index_put",
+    "cholesky",
+    "cholesky_inverse",
+    "inverse",
+    "inv",
+    "solve",
+    "lu",
+    "lu_factor",
+    "lu_solve",
+    "triangular_solve",
+    "nll_loss",
+    "cross_entropy",
+    "multi_margin_loss",
+    "ctc_loss",
+    "item",
+    "repeat_interleave",
+    "unflatten",
 }
 #: method names that mutate a Python container (a receiver we cannot type could be one)
-CONTAINER_MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault",
-                      "add", "discard", "sort", "reverse", "popitem", "put"}
+CONTAINER_MUTATORS = {
+    "append",
+    "extend",
+    "insert",
+    "pop",
+    "remove",
+    "clear",
+    "update",
+    "setdefault",
+    "add",
+    "discard",
+    "sort",
+    "reverse",
+    "popitem",
+    "put",
+}
 #: Tensor methods with an effect outside the value they return
-IMPURE_METHODS = {"item", "tolist", "numpy", "backward", "register_hook", "retain_grad", "record_stream",
-                  "share_memory_", "data_ptr", "storage", "untyped_storage"}
+IMPURE_METHODS = {
+    "item",
+    "tolist",
+    "numpy",
+    "backward",
+    "register_hook",
+    "retain_grad",
+    "record_stream",
+    "share_memory_",
+    "data_ptr",
+    "storage",
+    "untyped_storage",
+}
 #: builtins that are pure on any argument we let through
-PURE_BUILTINS = {"abs", "min", "max", "float", "int", "bool", "round", "pow", "len", "tuple", "range",
-                 "isinstance", "divmod"}
+PURE_BUILTINS = {
+    "abs",
+    "min",
+    "max",
+    "float",
+    "int",
+    "bool",
+    "round",
+    "pow",
+    "len",
+    "tuple",
+    "range",
+    "isinstance",
+    "divmod",
+}
 _TENSOR_ATTRS = set(dir(torch.Tensor))
 
 
@@ -111,10 +193,12 @@ class Walker:
     from_data: set[str]
 
     if TYPE_CHECKING:
+
         def stmts(self, body: list[ast.stmt], defined: set[str], top: bool = False) -> list[ast.stmt]: ...
 
-        def branch(self, body: list[ast.stmt], prefix: str, outputs: list[str],
-                   guard: tuple[str, int]) -> tuple[list[ast.stmt], list[str]]: ...
+        def branch(
+            self, body: list[ast.stmt], prefix: str, outputs: list[str], guard: tuple[str, int]
+        ) -> tuple[list[ast.stmt], list[str]]: ...
 
         def nested_ok(self, s: ast.If, pure: Purity, bound: set[str]) -> bool: ...
 
@@ -154,7 +238,6 @@ def loaded_names(node: ast.AST) -> list[ast.Name]:
     return [n for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
 
 
-
 @dataclass
 class Purity:
     ok: bool = True
@@ -178,8 +261,21 @@ def purity(node: ast.AST, ctx: Context, p: Purity | None = None) -> Purity:
         for x in node.args:
             purity(x.body if isinstance(x, ast.Lambda) else x, ctx, p)
         return p
-    if isinstance(node, (ast.Lambda, ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom, ast.Starred,
-                         ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+    if isinstance(
+        node,
+        (
+            ast.Lambda,
+            ast.NamedExpr,
+            ast.Await,
+            ast.Yield,
+            ast.YieldFrom,
+            ast.Starred,
+            ast.ListComp,
+            ast.SetComp,
+            ast.DictComp,
+            ast.GeneratorExp,
+        ),
+    ):
         return p.fail()
     if isinstance(node, ast.Attribute):
         return purity(node.value, ctx, p) if isinstance(node.ctx, ast.Load) else p.fail()
@@ -235,8 +331,13 @@ def _call_purity(node: ast.Call, ctx: Context, p: Purity) -> Purity:
         return p
     purity(f.value, ctx, p)
     name = f.attr
-    if name not in _TENSOR_ATTRS or name.startswith("_") or name.endswith("_") or name in CONTAINER_MUTATORS \
-            or name in IMPURE_METHODS:
+    if (
+        name not in _TENSOR_ATTRS
+        or name.startswith("_")
+        or name.endswith("_")
+        or name in CONTAINER_MUTATORS
+        or name in IMPURE_METHODS
+    ):
         return p.fail()
     p.random |= name in RANDOM
     p.may_fail |= name in MAY_FAIL
@@ -246,8 +347,7 @@ def _call_purity(node: ast.Call, ctx: Context, p: Purity) -> Purity:
 def static_index(index: ast.expr) -> bool:
     """True for an index that cannot raise on any data: constants, ``None``, ``...`` and slices."""
     items = index.elts if isinstance(index, ast.Tuple) else [index]
-    return all(isinstance(i, ast.Slice) or (isinstance(i, ast.Constant) and i.value in (None, Ellipsis))
-               for i in items)
+    return all(isinstance(i, ast.Slice) or (isinstance(i, ast.Constant) and i.value in (None, Ellipsis)) for i in items)
 
 
 def rooted_at_self(f: ast.expr, ctx: Context) -> bool:
@@ -269,8 +369,19 @@ def maybe_tensor_test(test: ast.expr, ctx: Context) -> bool:
             return False
         if isinstance(n, ast.Call) and isinstance(n.func, (ast.Name, ast.Attribute)):
             fname = n.func.id if isinstance(n.func, ast.Name) else n.func.attr
-            if fname in ("len", "isinstance", "hasattr", "callable", "size", "dim", "is_floating_point",
-                         "is_complex", "numel", "getattr", "type"):
+            if fname in (
+                "len",
+                "isinstance",
+                "hasattr",
+                "callable",
+                "size",
+                "dim",
+                "is_floating_point",
+                "is_complex",
+                "numel",
+                "getattr",
+                "type",
+            ):
                 return False
         if isinstance(n, ast.Compare) and any(isinstance(o, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for o in n.ops):
             return False
@@ -285,7 +396,7 @@ def boolop_ok(test: ast.BoolOp, ctx: Context) -> bool:
     if first is None:
         return False
     later = Purity()
-    for v in test.values[first + 1:]:
+    for v in test.values[first + 1 :]:
         purity(exact_items(v), ctx, later)
     return later.ok and not (later.random or later.may_fail or later.modules)
 
@@ -299,8 +410,13 @@ def exact_items(test: ast.expr) -> ast.expr:
     raise on) ``.item()`` stays as written."""
 
     def numeric(e: ast.expr) -> ast.expr:
-        if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "item" \
-                and not e.args and not e.keywords:
+        if (
+            isinstance(e, ast.Call)
+            and isinstance(e.func, ast.Attribute)
+            and e.func.attr == "item"
+            and not e.args
+            and not e.keywords
+        ):
             return ast.copy_location(rt_call("exact", e.func.value), e)
         if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Add, ast.Sub, ast.Mult)):
             return ast.copy_location(ast.BinOp(numeric(e.left), e.op, numeric(e.right)), e)
@@ -315,12 +431,17 @@ def exact_items(test: ast.expr) -> ast.expr:
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):  # `not t` would ask Python for bool(t)
         return ast.copy_location(rt_call("not_", exact_items(test.operand)), test)
     if isinstance(test, ast.Compare):
-        return ast.copy_location(ast.Compare(numeric(test.left), test.ops, [numeric(c) for c in test.comparators]), test)
+        return ast.copy_location(
+            ast.Compare(numeric(test.left), test.ops, [numeric(c) for c in test.comparators]), test
+        )
     return test
 
 
 def guard_test(p: str, pure: Purity) -> ast.expr:
-    tests: list[ast.expr] = [rt_call("pred", name_node(p)), *(rt_call("pure_module", copy.deepcopy(m)) for m in pure.modules)]
+    tests: list[ast.expr] = [
+        rt_call("pred", name_node(p)),
+        *(rt_call("pure_module", copy.deepcopy(m)) for m in pure.modules),
+    ]
     return tests[0] if len(tests) == 1 else ast.BoolOp(ast.And(), tests)
 
 
@@ -328,10 +449,7 @@ def fired_stmt(note: int, at: ast.AST) -> ast.stmt:
     return located(ast.Expr(rt_call("fired", ast.Constant(note))), at)
 
 
-
 def plain_target(t: ast.expr) -> bool:
     if isinstance(t, ast.Name):
         return True
     return isinstance(t, (ast.Tuple, ast.List)) and all(isinstance(e, ast.Name) for e in t.elts)
-
-

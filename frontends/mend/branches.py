@@ -95,25 +95,54 @@ class BranchRules(Walker):
         fns: list[ast.stmt] = []
         if not logs:
             for name, body, outs in ((f"_mend_tfn{k}", t_body, tt), (f"_mend_ffn{k}", f_body, ff)):
-                fns.append(ast.FunctionDef(name, ast.arguments([], [], None, [], [], None, []),
-                                           copy.deepcopy(body) + [ast.Return(copy.deepcopy(outs))], [], None,
-                                           **TYPE_PARAMS))
+                fns.append(
+                    ast.FunctionDef(
+                        name,
+                        ast.arguments([], [], None, [], [], None, []),
+                        copy.deepcopy(body) + [ast.Return(copy.deepcopy(outs))],
+                        [],
+                        None,
+                        **TYPE_PARAMS,
+                    )
+                )
             early_txt = "early return " if early else ""
-            use_cond = [fired_stmt(self.ctx.note(s, f"{early_txt}if on a tensor -> torch.cond"), s),
-                        assign(rt_call("cond", name_node(p), name_node(f"_mend_tfn{k}"), name_node(f"_mend_ffn{k}")))]
+            use_cond = [
+                fired_stmt(self.ctx.note(s, f"{early_txt}if on a tensor -> torch.cond"), s),
+                assign(rt_call("cond", name_node(p), name_node(f"_mend_tfn{k}"), name_node(f"_mend_ffn{k}"))),
+            ]
         select = [assign(ast.IfExp(name_node(p), copy.deepcopy(tt), copy.deepcopy(ff)))]
         if not outputs:  # the branches only log: each log is deferred with the test, which picks after the graph
-            fast = t_body + f_body + [fired_stmt(self.ctx.note(s, "if on a tensor around logs -> logs deferred with the test"), s)]
+            fast = (
+                t_body
+                + f_body
+                + [fired_stmt(self.ctx.note(s, "if on a tensor around logs -> logs deferred with the test"), s)]
+            )
         elif not speculate:
             fast = fns + use_cond
         else:
-            fallback = ast.If(rt_call("cond_ok", name_node(p), copy.deepcopy(tt), copy.deepcopy(ff)), fns + use_cond, select) \
-                if not logs else select[0]
+            fallback = (
+                ast.If(rt_call("cond_ok", name_node(p), copy.deepcopy(tt), copy.deepcopy(ff)), fns + use_cond, select)
+                if not logs
+                else select[0]
+            )
             where = self.ctx.note(s, ("early return " if early else "") + "if on a tensor -> torch.where")
-            fast = t_body + f_body + [ast.If(rt_call("mergeable", name_node(p), tt, ff),
-                                             [fired_stmt(where, s), assign(rt_call("merge", name_node(p), copy.deepcopy(tt), copy.deepcopy(ff)))],
-                                             [fallback])]
-        original = ast.If(name_node(p), self.stmts(copy.deepcopy(T), set(defined)), self.stmts(copy.deepcopy(F), set(defined)))
+            fast = (
+                t_body
+                + f_body
+                + [
+                    ast.If(
+                        rt_call("mergeable", name_node(p), tt, ff),
+                        [
+                            fired_stmt(where, s),
+                            assign(rt_call("merge", name_node(p), copy.deepcopy(tt), copy.deepcopy(ff))),
+                        ],
+                        [fallback],
+                    )
+                ]
+            )
+        original = ast.If(
+            name_node(p), self.stmts(copy.deepcopy(T), set(defined)), self.stmts(copy.deepcopy(F), set(defined))
+        )
         new = [ast.Assign([name_node(p, True)], exact_items(s.test)), ast.If(guard_test(p, pure), fast, [original])]
         return located(new, s)
 
@@ -152,8 +181,17 @@ class BranchRules(Walker):
         t_body, t_outs = self.branch(s.body, f"_mend_nt{k}_", outputs, (q, 1))
         f_body, f_outs = self.branch(s.orelse, f"_mend_nf{k}_", outputs, (q, -1))
         note = self.ctx.note(s, "nested if on a tensor -> torch.where")
-        pick = rt_call("pick", ast.Constant(note), name_node(q), ast.Tuple([name_node(x) for x in t_outs], ast.Load()),
-                       ast.Tuple([name_node(x) for x in f_outs], ast.Load()))
-        new = [ast.Assign([name_node(q, True)], exact_items(s.test)), *t_body, *f_body,
-               ast.Assign([ast.Tuple([name_node(x, True) for x in outputs], ast.Store())], pick)]
+        pick = rt_call(
+            "pick",
+            ast.Constant(note),
+            name_node(q),
+            ast.Tuple([name_node(x) for x in t_outs], ast.Load()),
+            ast.Tuple([name_node(x) for x in f_outs], ast.Load()),
+        )
+        new = [
+            ast.Assign([name_node(q, True)], exact_items(s.test)),
+            *t_body,
+            *f_body,
+            ast.Assign([ast.Tuple([name_node(x, True) for x in outputs], ast.Store())], pick),
+        ]
         return located(new, s)

@@ -36,8 +36,14 @@ class CheckRules(Walker):
         exc: ast.expr  # the exception class (or whatever the user wrote there)
         if isinstance(s, ast.Assert):
             test, raise_if, exc, args = s.test, False, ast.Name("AssertionError", ast.Load()), [s.msg] if s.msg else []
-        elif (isinstance(s, ast.If) and not s.orelse and len(s.body) == 1 and isinstance(s.body[0], ast.Raise)
-              and s.body[0].cause is None and s.body[0].exc is not None):
+        elif (
+            isinstance(s, ast.If)
+            and not s.orelse
+            and len(s.body) == 1
+            and isinstance(s.body[0], ast.Raise)
+            and s.body[0].cause is None
+            and s.body[0].exc is not None
+        ):
             test, raise_if = s.test, True
             if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
                 test, raise_if = test.operand, False
@@ -61,8 +67,18 @@ class CheckRules(Walker):
         c = self.ctx.fresh("c")
         a = Args(self.ctx, self.converted)
         parts = (("value", 0, ()),) + tuple(shift(a.part(x)) for x in args)
-        key = rt.register(rt.Effect("check", lazy(exc, self.ctx), self.ctx.globals, self.ctx.filename, s.lineno,
-                                    self.ctx.funcname, parts, extra={"raise_if": raise_if}))
+        key = rt.register(
+            rt.Effect(
+                "check",
+                lazy(exc, self.ctx),
+                self.ctx.globals,
+                self.ctx.filename,
+                s.lineno,
+                self.ctx.funcname,
+                parts,
+                extra={"raise_if": raise_if},
+            )
+        )
         what = "assert" if isinstance(s, ast.Assert) else f"raise {ast.unparse(exc)}"
         note = self.ctx.note(s, f"{what} on a tensor -> checked after the graph")
         deferred = ast.Expr(rt_call("deferred", ast.Constant(key), name_node(c), *a.values))
@@ -71,12 +87,13 @@ class CheckRules(Walker):
             original.test = name_node(c)
         else:
             original.test = name_node(c) if raise_if else ast.UnaryOp(ast.Not(), name_node(c))
-        new: list[ast.stmt] = [ast.Assign([name_node(c, True)], exact_items(test)),
-                               ast.If(guard_test(c, pure), [fired_stmt(note, s), deferred], [original])]
+        new: list[ast.stmt] = [
+            ast.Assign([name_node(c, True)], exact_items(test)),
+            ast.If(guard_test(c, pure), [fired_stmt(note, s), deferred], [original]),
+        ]
         if isinstance(s, ast.Assert):
             new = [ast.If(name_node("__debug__"), new, [])]
         return located(new, s)
-
 
 
 def pure_stmts(body: list[ast.stmt], ctx: Context, pure: Purity) -> None:
@@ -100,16 +117,25 @@ def pure_stmts(body: list[ast.stmt], ctx: Context, pure: Purity) -> None:
                 purity(st.msg, ctx, pure)
         elif isinstance(st, ast.If):
             purity(st.test, ctx, pure)
-            if len(st.body) == 1 and isinstance(st.body[0], ast.Raise) and isinstance(st.body[0].exc, ast.Call) \
-                    and isinstance(ctx.resolve(st.body[0].exc.func), type):
+            if (
+                len(st.body) == 1
+                and isinstance(st.body[0], ast.Raise)
+                and isinstance(st.body[0].exc, ast.Call)
+                and isinstance(ctx.resolve(st.body[0].exc.func), type)
+            ):
                 for x in st.body[0].exc.args:
                     arg_purity(x, ctx, pure)
                 pure_stmts(st.orelse, ctx, pure)
             else:
                 pure_stmts(st.body, ctx, pure)
                 pure_stmts(st.orelse, ctx, pure)
-        elif (isinstance(st, ast.For) and isinstance(st.target, ast.Name) and isinstance(st.iter, ast.Call)
-              and ctx.resolve(st.iter.func) is range and not st.orelse):
+        elif (
+            isinstance(st, ast.For)
+            and isinstance(st.target, ast.Name)
+            and isinstance(st.iter, ast.Call)
+            and ctx.resolve(st.iter.func) is range
+            and not st.orelse
+        ):
             for x in st.iter.args:
                 purity(x, ctx, pure)
             pure_stmts(st.body, ctx, pure)

@@ -30,8 +30,11 @@ def log_kind(call: ast.Call, ctx: Context) -> tuple[str, Any] | None:
         return None
     f = call.func
     if isinstance(f, ast.Name) and f.id == "print" and ctx.resolve(f) is print:
-        if all((k.arg in ("sep", "end", "flush") and isinstance(k.value, ast.Constant))
-               or (k.arg == "file" and ctx.is_global_expr(k.value)) for k in call.keywords):
+        if all(
+            (k.arg in ("sep", "end", "flush") and isinstance(k.value, ast.Constant))
+            or (k.arg == "file" and ctx.is_global_expr(k.value))
+            for k in call.keywords
+        ):
             return "print", None
         return None
     target = ctx.resolve(f)
@@ -83,8 +86,12 @@ class Args:
                     spec = self.part(v.format_spec) if v.format_spec is not None else None
                     pieces.append((index, convert, conv, spec))
             return ("fstring", tuple(pieces))
-        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mod) and isinstance(expr.left, ast.Constant) \
-                and isinstance(expr.left.value, str):
+        if (
+            isinstance(expr, ast.BinOp)
+            and isinstance(expr.op, ast.Mod)
+            and isinstance(expr.left, ast.Constant)
+            and isinstance(expr.left.value, str)
+        ):
             items = expr.right.elts if isinstance(expr.right, ast.Tuple) else [expr.right]
             return ("percent", expr.left.value, tuple(self.part(x) for x in items), isinstance(expr.right, ast.Tuple))
         return self.value(expr)
@@ -108,8 +115,12 @@ def strip_conversions(expr: ast.expr, ctx: Context) -> tuple[ast.expr, tuple[str
 
 def _is_shape(expr: ast.expr) -> bool:
     return (isinstance(expr, ast.Attribute) and expr.attr == "shape") or (
-        isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "size"
-        and not expr.args and not expr.keywords)
+        isinstance(expr, ast.Call)
+        and isinstance(expr.func, ast.Attribute)
+        and expr.func.attr == "size"
+        and not expr.args
+        and not expr.keywords
+    )
 
 
 def arg_purity(arg: ast.expr, ctx: Context, p: Purity) -> Purity:
@@ -119,7 +130,9 @@ def arg_purity(arg: ast.expr, ctx: Context, p: Purity) -> Purity:
     return p
 
 
-def defer(stmt: ast.Expr, ctx: Context, converted: dict[str, str], guard: tuple[str, int] | None = None) -> ast.If | None:
+def defer(
+    stmt: ast.Expr, ctx: Context, converted: dict[str, str], guard: tuple[str, int] | None = None
+) -> ast.If | None:
     """``_mend_rt.deferred(key, ...)`` standing for the print/warn/log statement ``stmt``, or None."""
     call = stmt.value
     assert isinstance(call, ast.Call)
@@ -134,19 +147,33 @@ def defer(stmt: ast.Expr, ctx: Context, converted: dict[str, str], guard: tuple[
         parts = (a.part(call.args[0]),) + ((("const", ctx.resolve(detail)),) if detail is not None else ())
     else:
         parts = tuple(a.part(x) for x in call.args)
-        kwargs = tuple((k.arg, k.value.value if isinstance(k.value, ast.Constant) else rt.Lazy(lazy(k.value, ctx)))
-                       for k in call.keywords if k.arg is not None)  # log_kind refused **kwargs
+        kwargs = tuple(
+            (k.arg, k.value.value if isinstance(k.value, ast.Constant) else rt.Lazy(lazy(k.value, ctx)))
+            for k in call.keywords
+            if k.arg is not None
+        )  # log_kind refused **kwargs
     values = a.values
     if guard is not None:
         values = [name_node(guard[0])] + values
         parts = tuple(shift(p) for p in parts)
-    effect = rt.Effect(what, lazy(callee_expr, ctx), ctx.globals, ctx.filename, stmt.lineno, ctx.funcname,
-                       parts, kwargs, guarded=0 if guard is None else guard[1],
-                       level=detail if what == "log" else 0)
+    effect = rt.Effect(
+        what,
+        lazy(callee_expr, ctx),
+        ctx.globals,
+        ctx.filename,
+        stmt.lineno,
+        ctx.funcname,
+        parts,
+        kwargs,
+        guarded=0 if guard is None else guard[1],
+        level=detail if what == "log" else 0,
+    )
     key = rt.register(effect)
     note = ctx.note(stmt, f"{ast.unparse(call.func)}(...) deferred until after the graph")
-    return located(ast.If(rt_call("fired", ast.Constant(note)), [ast.Expr(rt_call("deferred", ast.Constant(key), *values))], []),
-               stmt)
+    return located(
+        ast.If(rt_call("fired", ast.Constant(note)), [ast.Expr(rt_call("deferred", ast.Constant(key), *values))], []),
+        stmt,
+    )
 
 
 def shift(part: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -156,8 +183,13 @@ def shift(part: tuple[Any, ...]) -> tuple[Any, ...]:
     if part[0] == "percent":
         return ("percent", part[1], tuple(shift(p) for p in part[2]), part[3])
     if part[0] == "fstring":
-        return ("fstring", tuple(p if isinstance(p, str) else (p[0] + 1, p[1], p[2], None if p[3] is None else shift(p[3]))
-                                 for p in part[1]))
+        return (
+            "fstring",
+            tuple(
+                p if isinstance(p, str) else (p[0] + 1, p[1], p[2], None if p[3] is None else shift(p[3]))
+                for p in part[1]
+            ),
+        )
     return part
 
 
@@ -171,8 +203,11 @@ def log_leaves(arg: ast.expr) -> list[ast.expr]:
     """The expressions a log argument formats (what ``_Args.part`` passes as runtime values)."""
     if isinstance(arg, ast.JoinedStr):
         return [x for v in arg.values if isinstance(v, ast.FormattedValue) for x in log_leaves(v.value)]
-    if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Mod) and isinstance(arg.left, ast.Constant) \
-            and isinstance(arg.left.value, str):
+    if (
+        isinstance(arg, ast.BinOp)
+        and isinstance(arg.op, ast.Mod)
+        and isinstance(arg.left, ast.Constant)
+        and isinstance(arg.left.value, str)
+    ):
         return [x for v in (arg.right.elts if isinstance(arg.right, ast.Tuple) else [arg.right]) for x in log_leaves(v)]
     return [arg]
-

@@ -33,8 +33,13 @@ class _Conditionals(ast.NodeTransformer):
         if not sides.ok or sides.random or sides.may_fail or sides.modules:
             return node
         note = self.ctx.note(node, "conditional expression on a tensor -> torch.where")
-        new = rt_call("choose", ast.Constant(note), exact_items(node.test),
-                      ast.Lambda(_NO_ARGS, node.body), ast.Lambda(_NO_ARGS, node.orelse))
+        new = rt_call(
+            "choose",
+            ast.Constant(note),
+            exact_items(node.test),
+            ast.Lambda(_NO_ARGS, node.body),
+            ast.Lambda(_NO_ARGS, node.orelse),
+        )
         return located(ast.copy_location(new, node), node)
 
     def visit_Lambda(self, node: ast.Lambda) -> ast.expr:

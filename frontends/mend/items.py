@@ -31,7 +31,6 @@ def own_statements(body: list[ast.stmt]) -> list[ast.stmt]:
     return out
 
 
-
 def item_for_logging(fdef: ast.FunctionDef, ctx: Context, block: Block) -> dict[str, str]:
     """``m = t.item()`` where ``m`` is only logged (or unused) keeps ``m`` a tensor."""
     nodes = own_statements(fdef.body)
@@ -50,8 +49,16 @@ def item_for_logging(fdef: ast.FunctionDef, ctx: Context, block: Block) -> dict[
         if not (isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)):
             continue
         v, name = n.value, n.targets[0].id
-        if not (isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr in ("item", "tolist")
-                and not v.args and not v.keywords) or stores.get(name) != 1:
+        if (
+            not (
+                isinstance(v, ast.Call)
+                and isinstance(v.func, ast.Attribute)
+                and v.func.attr in ("item", "tolist")
+                and not v.args
+                and not v.keywords
+            )
+            or stores.get(name) != 1
+        ):
             continue
         uses = [x for x in loaded_names(fdef) if x.id == name]
         if all(id(x) in log_args for x in uses):
@@ -59,11 +66,15 @@ def item_for_logging(fdef: ast.FunctionDef, ctx: Context, block: Block) -> dict[
             n.value = v.func.value
             block.unused_items[id(n)] = not uses and v.func.attr == "item"
             block.item_notes[id(n)] = ctx.note(
-                n, f".{v.func.attr}() of '{name}' kept as a tensor (only " + ("logged)" if uses else "computed, never used)"))
+                n,
+                f".{v.func.attr}() of '{name}' kept as a tensor (only "
+                + ("logged)" if uses else "computed, never used)"),
+            )
     return converted
 
 
-
 def reads_item(e: ast.AST) -> bool:
-    return any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr in ("item", "tolist")
-               for c in ast.walk(e))
+    return any(
+        isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr in ("item", "tolist")
+        for c in ast.walk(e)
+    )

@@ -24,10 +24,14 @@ def legacy_variables(fdef: ast.FunctionDef, ctx: Context) -> None:
     for call in [n for n in ast.walk(fdef) if isinstance(n, ast.Call)]:
         if ctx.resolve(call.func) is not _VARIABLE or len(call.args) != 1 or isinstance(call.args[0], ast.Starred):
             continue
-        if not all(k.arg == "requires_grad" and isinstance(k.value, ast.Constant) and k.value.value is False
-                   for k in call.keywords):
+        if not all(
+            k.arg == "requires_grad" and isinstance(k.value, ast.Constant) and k.value.value is False
+            for k in call.keywords
+        ):
             continue
         note = ctx.note(call, "Variable(t) -> t.detach()")
-        call.func = located(ast.copy_location(ast.Attribute(ast.Name(RT, ast.Load()), "variable", ast.Load()), call.func), call)
+        call.func = located(
+            ast.copy_location(ast.Attribute(ast.Name(RT, ast.Load()), "variable", ast.Load()), call.func), call
+        )
         call.args = [located(ast.Constant(note), call), call.args[0]]
         call.keywords = []

@@ -45,8 +45,13 @@ class LoopRules(Walker):
         if s.orelse or not isinstance(s.target, ast.Name) or len(s.body) < 2:
             return None
         *body, last = s.body
-        if not (isinstance(last, ast.If) and not last.orelse and len(last.body) == 1 and isinstance(last.body[0], ast.Break)
-                and maybe_tensor_test(last.test, self.ctx)):
+        if not (
+            isinstance(last, ast.If)
+            and not last.orelse
+            and len(last.body) == 1
+            and isinstance(last.body[0], ast.Break)
+            and maybe_tensor_test(last.test, self.ctx)
+        ):
             return None
         it = s.iter
         while isinstance(it, ast.Attribute):
@@ -77,23 +82,45 @@ class LoopRules(Walker):
         note = self.ctx.note(s, "for with 'if <tensor>: break' -> masked loop (torch.where)")
         flag, state = f"_mend_m{k}", f"_mend_s{k}"
         test = f"_mend_bt{k}"
-        stmts, outs = self.branch(body + [ast.Assign([name_node(test, True)], exact_items(last.test))],
-                                  f"_mend_b{k}_", carried + [test], (f"_mend_b{k}", 1))
+        stmts, outs = self.branch(
+            body + [ast.Assign([name_node(test, True)], exact_items(last.test))],
+            f"_mend_b{k}_",
+            carried + [test],
+            (f"_mend_b{k}", 1),
+        )
         mods = [m for m in pure.modules if not (isinstance(m, ast.Name) and m.id == target)]
         calls_target = any(isinstance(m, ast.Name) and m.id == target for m in pure.modules)
-        check = ast.Assign([name_node(flag, True)], rt_call("maskable", copy.deepcopy(s.iter), ast.Constant(calls_target),
-                                                             *[copy.deepcopy(m) for m in mods]))
-        step = ast.Assign([ast.Tuple([ast.Tuple([name_node(x, True) for x in carried], ast.Store()), name_node(state, True)],
-                                     ast.Store())],
-                          rt_call("until", ast.Constant(note), name_node(flag), name_node(state),
-                                  ast.Tuple([name_node(x) for x in carried], ast.Load()),
-                                  ast.Tuple([name_node(x) for x in outs[:-1]], ast.Load()), name_node(outs[-1])))
+        check = ast.Assign(
+            [name_node(flag, True)],
+            rt_call("maskable", copy.deepcopy(s.iter), ast.Constant(calls_target), *[copy.deepcopy(m) for m in mods]),
+        )
+        step = ast.Assign(
+            [
+                ast.Tuple(
+                    [ast.Tuple([name_node(x, True) for x in carried], ast.Store()), name_node(state, True)], ast.Store()
+                )
+            ],
+            rt_call(
+                "until",
+                ast.Constant(note),
+                name_node(flag),
+                name_node(state),
+                ast.Tuple([name_node(x) for x in carried], ast.Load()),
+                ast.Tuple([name_node(x) for x in outs[:-1]], ast.Load()),
+                name_node(outs[-1]),
+            ),
+        )
         stop = ast.If(rt_call("stopped", name_node(state)), [ast.Break()], [])
         loop = ast.For(s.target, s.iter, stmts + [step, stop], [], None)
         original = copy.deepcopy(s)  # run as written when masking cannot apply: no break is added
         original.body = self.stmts(original.body, set(defined) | {target})
-        return located([check, ast.If(name_node(flag), [ast.Assign([name_node(state, True)], ast.Constant(None)), loop],
-                                      [original])], s)
+        return located(
+            [
+                check,
+                ast.If(name_node(flag), [ast.Assign([name_node(state, True)], ast.Constant(None)), loop], [original]),
+            ],
+            s,
+        )
 
     def loop_body(self, body: list[ast.stmt], pure: Purity, defined: set[str]) -> list[str] | None:
         """The names a loop body carries, if it only assigns side-effect-free values to names bound before
@@ -115,17 +142,30 @@ class LoopRules(Walker):
     def body_fn(self, name: str, body: list[ast.stmt], carried: list[str], k: int) -> ast.FunctionDef:
         params = ast.arguments([], [ast.arg(n) for n in carried], None, [], [], None, [])
         stmts, outs = self.branch(body, f"_mend_l{k}_", carried, (f"_mend_l{k}", 1))
-        return ast.FunctionDef(name, params, stmts + [ast.Return(ast.Tuple([name_node(x) for x in outs], ast.Load()))],
-                               [], None, **TYPE_PARAMS)
+        return ast.FunctionDef(
+            name,
+            params,
+            stmts + [ast.Return(ast.Tuple([name_node(x) for x in outs], ast.Load()))],
+            [],
+            None,
+            **TYPE_PARAMS,
+        )
 
     def range_convert(self, s: ast.For, defined: set[str]) -> list[ast.stmt] | None:
         """``for i in range(n):`` with ``n`` read from tensor data (``.item()`` in its expression or in
         the assignment of a name in it), ``i`` never read and a body as ``loop_body`` accepts becomes
         ``_mend_rt.repeat``: ``torch.while_loop`` with a counter."""
         it = s.iter
-        if (s.orelse or not isinstance(s.target, ast.Name) or self.loads.get(s.target.id, 0)
-                or not isinstance(it, ast.Call) or self.ctx.resolve(it.func) is not range
-                or len(it.args) != 1 or it.keywords or isinstance(it.args[0], ast.Starred)):
+        if (
+            s.orelse
+            or not isinstance(s.target, ast.Name)
+            or self.loads.get(s.target.id, 0)
+            or not isinstance(it, ast.Call)
+            or self.ctx.resolve(it.func) is not range
+            or len(it.args) != 1
+            or it.keywords
+            or isinstance(it.args[0], ast.Starred)
+        ):
             return None
         n = it.args[0]
         if not (reads_item(n) or any(isinstance(x, ast.Name) and x.id in self.from_data for x in ast.walk(n))):
@@ -137,15 +177,26 @@ class LoopRules(Walker):
         note = self.ctx.note(s, "for over range(<tensor data>) -> torch.while_loop")
         fn = self.body_fn(f"_mend_rbody{k}", s.body, carried, k)
         count = f"_mend_n{k}"
-        run = ast.Assign([ast.Tuple([name_node(x, True) for x in carried], ast.Store())],
-                         rt_call("repeat", ast.Constant(note), name_node(count), name_node(fn.name),
-                                 ast.Tuple([name_node(x) for x in carried], ast.Load())))
+        run = ast.Assign(
+            [ast.Tuple([name_node(x, True) for x in carried], ast.Store())],
+            rt_call(
+                "repeat",
+                ast.Constant(note),
+                name_node(count),
+                name_node(fn.name),
+                ast.Tuple([name_node(x) for x in carried], ast.Load()),
+            ),
+        )
         original = copy.deepcopy(s)  # the user's loop, run where while_loop cannot be (no break is added)
         assert isinstance(original.iter, ast.Call)  # a copy of `it`
         original.iter.args[0] = name_node(count)
         original.body = self.stmts(original.body, set(defined) | {s.target.id})
-        test = rt_call("loopable", ast.Tuple([name_node(x) for x in carried], ast.Load()),
-                       ast.Tuple([ast.Constant(True) for _ in carried], ast.Load()), name_node(count))
+        test = rt_call(
+            "loopable",
+            ast.Tuple([name_node(x) for x in carried], ast.Load()),
+            ast.Tuple([ast.Constant(True) for _ in carried], ast.Load()),
+            name_node(count),
+        )
         return located([fn, ast.Assign([name_node(count, True)], it.args[0]), ast.If(test, [run], [original])], s)
 
     def while_convert(self, s: ast.While, defined: set[str]) -> list[ast.stmt] | None:
@@ -167,9 +218,16 @@ class LoopRules(Walker):
         test_fn = ast.FunctionDef(f"_mend_wtest{k}", params, [ast.Return(exact_items(s.test))], [], None, **TYPE_PARAMS)
         body_fn = self.body_fn(f"_mend_wbody{k}", body, carried, k)
         read_after = ast.Tuple([ast.Constant(self.loads.get(x, 0) > inside.get(x, 0)) for x in carried], ast.Load())
-        run = ast.Assign([ast.Tuple([name_node(x, True) for x in carried], ast.Store())],
-                         rt_call("loop", ast.Constant(note), name_node(test_fn.name), name_node(body_fn.name),
-                                 ast.Tuple([name_node(x) for x in carried], ast.Load())))
+        run = ast.Assign(
+            [ast.Tuple([name_node(x, True) for x in carried], ast.Store())],
+            rt_call(
+                "loop",
+                ast.Constant(note),
+                name_node(test_fn.name),
+                name_node(body_fn.name),
+                ast.Tuple([name_node(x) for x in carried], ast.Load()),
+            ),
+        )
         original = copy.deepcopy(s)  # the user's loop, run where while_loop cannot be (no break is added)
         original.body = self.stmts(original.body, set(defined))
         test = rt_call("loopable", ast.Tuple([name_node(x) for x in carried], ast.Load()), read_after)

@@ -144,8 +144,11 @@ def mended(model: Any, enabled: bool = True) -> Iterator[tuple[Any, Rewrites]]:
     finally:
         for m, saved in before:
             for name in list(vars(m)):
-                if isinstance(vars(m)[name], types.MethodType) and name not in saved \
-                        and hasattr(vars(m)[name].__func__, "_torchmux_mended_from"):
+                if (
+                    isinstance(vars(m)[name], types.MethodType)
+                    and name not in saved
+                    and hasattr(vars(m)[name].__func__, "_torchmux_mended_from")
+                ):
                     delattr(m, name)
 
 
@@ -206,8 +209,9 @@ def source_of(fn: Any) -> str:
 
 def _parse(fn: types.FunctionType) -> ast.FunctionDef | None:
     code = fn.__code__
-    if code.co_name == "<lambda>" or code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE
-                                                      | inspect.CO_ASYNC_GENERATOR):
+    if code.co_name == "<lambda>" or code.co_flags & (
+        inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+    ):
         return None
     if hasattr(fn, "__wrapped__"):  # a decorator's wrapper: the wrapped function cannot be re-wrapped safely
         return None
@@ -243,8 +247,14 @@ def _mend(fn: types.FunctionType, method: bool, depth: int) -> Mended:
     injected: dict[str, Any] = {RT: rt}
     if depth < _MAX_DEPTH:
         _follow_globals(fdef, ctx, injected, depth)
-    methods = {c.func.attr for c in ast.walk(fdef) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
-               and isinstance(c.func.value, ast.Name) and c.func.value.id == ctx.self_name}
+    methods = {
+        c.func.attr
+        for c in ast.walk(fdef)
+        if isinstance(c, ast.Call)
+        and isinstance(c.func, ast.Attribute)
+        and isinstance(c.func.value, ast.Name)
+        and c.func.value.id == ctx.self_name
+    }
     if not ctx.notes:
         return Mended(None, [], methods)
     return Mended(_build(fn, fdef, injected), ctx.notes, methods, ast.unparse(fdef))
@@ -262,25 +272,37 @@ def _follow_globals(fdef: ast.FunctionDef, ctx: Context, injected: dict[str, Any
             continue
         new, old = f"_mend_g_{name}", f"_mend_o_{name}"
         injected[new], injected[old] = done.func, target
-        guard = ast.IfExp(ast.Compare(ast.Name(name, ast.Load()), [ast.Is()], [ast.Name(old, ast.Load())]),
-                          ast.Name(new, ast.Load()), ast.Name(name, ast.Load()))
+        guard = ast.IfExp(
+            ast.Compare(ast.Name(name, ast.Load()), [ast.Is()], [ast.Name(old, ast.Load())]),
+            ast.Name(new, ast.Load()),
+            ast.Name(name, ast.Load()),
+        )
         call.func = ast.copy_location(guard, func)
         ctx.notes.extend(done.notes)
 
 
-_FUTURE_FLAGS = functools.reduce(lambda a, b: a | b, (getattr(__future__, f).compiler_flag for f in __future__.all_feature_names))
+_FUTURE_FLAGS = functools.reduce(
+    lambda a, b: a | b, (getattr(__future__, f).compiler_flag for f in __future__.all_feature_names)
+)
 
 
 def _compile_inner(fn: types.FunctionType, fdef: ast.FunctionDef, params: list[str]) -> types.CodeType:
     """The code object of ``fdef`` compiled inside ``def _mend_factory(*params)``, so that ``fn``'s free
     variables and the injected names are closure cells; with ``fn``'s file name and ``__future__`` flags."""
     fdef.name = "_mend_inner"  # not the user's name: a recursive call must still find the global
-    factory = ast.FunctionDef("_mend_factory", ast.arguments([], [ast.arg(p) for p in params], None, [], [], None, []),
-                              [fdef, ast.Return(ast.Name(fdef.name, ast.Load()))], [], None,
-                              **TYPE_PARAMS)
+    factory = ast.FunctionDef(
+        "_mend_factory",
+        ast.arguments([], [ast.arg(p) for p in params], None, [], [], None, []),
+        [fdef, ast.Return(ast.Name(fdef.name, ast.Load()))],
+        [],
+        None,
+        **TYPE_PARAMS,
+    )
     ast.copy_location(factory, fdef)
     module = ast.fix_missing_locations(ast.Module([factory], []))
-    top = compile(module, fn.__code__.co_filename, "exec", flags=fn.__code__.co_flags & _FUTURE_FLAGS, dont_inherit=True)
+    top = compile(
+        module, fn.__code__.co_filename, "exec", flags=fn.__code__.co_flags & _FUTURE_FLAGS, dont_inherit=True
+    )
     fcode = next(c for c in top.co_consts if isinstance(c, types.CodeType) and c.co_name == "_mend_factory")
     inner = next(c for c in fcode.co_consts if isinstance(c, types.CodeType) and c.co_name == "_mend_inner")
     names: dict[str, Any] = {"co_name": fn.__code__.co_name}
@@ -302,8 +324,17 @@ def _same_code(fn: types.FunctionType, fdef: ast.FunctionDef) -> bool:
 def _fingerprint(code: types.CodeType, name: str) -> tuple[Any, ...]:
     consts = tuple(_fingerprint(c, c.co_name) if isinstance(c, types.CodeType) else repr(c) for c in code.co_consts)
     lines = tuple(sorted({line for _, _, line in code.co_lines() if line is not None}))
-    return (name, code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars, code.co_argcount,
-            code.co_kwonlyargcount, consts, lines)
+    return (
+        name,
+        code.co_names,
+        code.co_varnames,
+        code.co_freevars,
+        code.co_cellvars,
+        code.co_argcount,
+        code.co_kwonlyargcount,
+        consts,
+        lines,
+    )
 
 
 def _build(fn: types.FunctionType, fdef: ast.FunctionDef, injected: dict[str, Any]) -> types.FunctionType:

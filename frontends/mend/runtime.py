@@ -90,7 +90,9 @@ def _deferred(key: int, *values: Any) -> None:
         if bool(args[0]) == effect.extra["raise_if"]:
             error = callee(*args[1:])
             if hasattr(error, "add_note"):  # Python 3.11+
-                error.add_note(f"(checked by torchmux after the graph; the check is at {effect.filename}:{effect.lineno})")
+                error.add_note(
+                    f"(checked by torchmux after the graph; the check is at {effect.filename}:{effect.lineno})"
+                )
             raise error
         return
     if effect.kind == "print":
@@ -171,15 +173,23 @@ def _is_logger_method(callee: Any) -> bool:
     return isinstance(getattr(callee, "__self__", None), logging.Logger) and callee.__name__ in _LEVELS
 
 
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "warn": logging.WARNING,
-           "error": logging.ERROR, "critical": logging.CRITICAL, "fatal": logging.CRITICAL}
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "fatal": logging.CRITICAL,
+}
 
 
 def _log(effect: Effect, logger: logging.Logger, msg: Any, *args: Any) -> None:
     if not logger.isEnabledFor(effect.level):
         return
-    record = logger.makeRecord(logger.name, effect.level, effect.filename, effect.lineno, msg, args, None,
-                               effect.funcname)
+    record = logger.makeRecord(
+        logger.name, effect.level, effect.filename, effect.lineno, msg, args, None, effect.funcname
+    )
     logger.handle(record)
 
 
@@ -188,17 +198,63 @@ def _log(effect: Effect, logger: logging.Logger, msg: Any, *args: Any) -> None:
 #: modules whose forward has no side effect, draws no random numbers and cannot raise on some data
 #: (not nn.Embedding: an index out of range raises)
 _PURE_MODULES = (
-    nn.Linear, nn.Bilinear, nn.Identity, nn.Flatten, nn.Unflatten,
-    nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d,
-    nn.LayerNorm, nn.GroupNorm, nn.RMSNorm, nn.LocalResponseNorm,
-    nn.ReLU, nn.ReLU6, nn.GELU, nn.SiLU, nn.Mish, nn.Sigmoid, nn.Tanh, nn.Softmax, nn.LogSoftmax, nn.ELU,
-    nn.LeakyReLU, nn.Hardswish, nn.Hardsigmoid, nn.Softplus, nn.PReLU, nn.SELU, nn.CELU, nn.GLU,
-    nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d,
-    nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d, nn.AdaptiveMaxPool2d,
+    nn.Linear,
+    nn.Bilinear,
+    nn.Identity,
+    nn.Flatten,
+    nn.Unflatten,
+    nn.Conv1d,
+    nn.Conv2d,
+    nn.Conv3d,
+    nn.ConvTranspose1d,
+    nn.ConvTranspose2d,
+    nn.ConvTranspose3d,
+    nn.LayerNorm,
+    nn.GroupNorm,
+    nn.RMSNorm,
+    nn.LocalResponseNorm,
+    nn.ReLU,
+    nn.ReLU6,
+    nn.GELU,
+    nn.SiLU,
+    nn.Mish,
+    nn.Sigmoid,
+    nn.Tanh,
+    nn.Softmax,
+    nn.LogSoftmax,
+    nn.ELU,
+    nn.LeakyReLU,
+    nn.Hardswish,
+    nn.Hardsigmoid,
+    nn.Softplus,
+    nn.PReLU,
+    nn.SELU,
+    nn.CELU,
+    nn.GLU,
+    nn.MaxPool1d,
+    nn.MaxPool2d,
+    nn.MaxPool3d,
+    nn.AvgPool1d,
+    nn.AvgPool2d,
+    nn.AvgPool3d,
+    nn.AdaptiveAvgPool1d,
+    nn.AdaptiveAvgPool2d,
+    nn.AdaptiveAvgPool3d,
+    nn.AdaptiveMaxPool2d,
 )
 #: modules that draw random numbers or update statistics in training mode only
-_PURE_IN_EVAL = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout,
-                 nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.InstanceNorm1d, nn.InstanceNorm2d)
+_PURE_IN_EVAL = (
+    nn.Dropout,
+    nn.Dropout1d,
+    nn.Dropout2d,
+    nn.Dropout3d,
+    nn.AlphaDropout,
+    nn.BatchNorm1d,
+    nn.BatchNorm2d,
+    nn.BatchNorm3d,
+    nn.InstanceNorm1d,
+    nn.InstanceNorm2d,
+)
 
 
 def pure_module(m: Any) -> bool:
@@ -241,8 +297,14 @@ def mergeable(p: torch.Tensor, a: Any, b: Any) -> bool:
 
 def cond_ok(p: torch.Tensor, a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
     """True if both branches give tensors ``torch.cond`` can join (same shape, dtype and device)."""
-    return all(isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape
-               and x.dtype == y.dtype and x.device == y.device for x, y in zip(a, b))
+    return all(
+        isinstance(x, torch.Tensor)
+        and isinstance(y, torch.Tensor)
+        and x.shape == y.shape
+        and x.dtype == y.dtype
+        and x.device == y.device
+        for x, y in zip(a, b)
+    )
 
 
 def snap(v: Any) -> Any:
@@ -315,7 +377,10 @@ def loopable(carried: tuple[Any, ...], read_after: tuple[bool, ...], n: Any = 0)
     if not (COND and _WHILE_LOOP is not None and torch.compiler.is_compiling() and isinstance(n, int)):
         return False
     for c, r in zip(carried, read_after):
-        if not ((type(c) is int and not r) or (isinstance(c, torch.Tensor) and not (torch.is_grad_enabled() and c.requires_grad))):
+        if not (
+            (type(c) is int and not r)
+            or (isinstance(c, torch.Tensor) and not (torch.is_grad_enabled() and c.requires_grad))
+        ):
             return False
     return True
 
@@ -323,8 +388,9 @@ def loopable(carried: tuple[Any, ...], read_after: tuple[bool, ...], n: Any = 0)
 _WHILE_LOOP = getattr(getattr(torch, "_higher_order_ops", None), "while_loop", None)
 
 
-def loop(note: int, test_fn: Callable[..., Any], body_fn: Callable[..., tuple[Any, ...]],
-         carried: tuple[Any, ...]) -> tuple[Any, ...]:
+def loop(
+    note: int, test_fn: Callable[..., Any], body_fn: Callable[..., tuple[Any, ...]], carried: tuple[Any, ...]
+) -> tuple[Any, ...]:
     """A ``while`` on a tensor test as ``torch.while_loop`` (where :func:`loopable` said so)."""
     comptime(lambda ctx: _count_cond())
     fired(note)
@@ -348,7 +414,6 @@ def repeat(note: int, n: int, body_fn: Callable[..., tuple[Any, ...]], carried: 
 def fresh(outs: tuple[Any, ...]) -> tuple[Any, ...]:
     """Copies of a branch's outputs: torch.cond refuses a branch output that aliases its input."""
     return tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in outs)
-
 
 
 # --- tensor tests inside expressions (``expressions``, ``analysis.exact_items``) ----------------------
@@ -445,7 +510,9 @@ def _all_pure(modules: Any) -> bool:
     return True
 
 
-def until(note: int, masked_ok: bool, state: Any, old: tuple[Any, ...], new: tuple[Any, ...], test: Any) -> tuple[Any, Any]:
+def until(
+    note: int, masked_ok: bool, state: Any, old: tuple[Any, ...], new: tuple[Any, ...], test: Any
+) -> tuple[Any, Any]:
     """One iteration of a masked loop: the carried values and the new state. State is None before the first
     iteration, ``(stopped,)`` (a 0-d bool tensor) while masking, else the test itself (Python decides)."""
     if masked_ok and pred(test):
@@ -454,7 +521,9 @@ def until(note: int, masked_ok: bool, state: Any, old: tuple[Any, ...], new: tup
             return new, (as_bool(test),)
         if isinstance(state, tuple) and _selectable(state[0], old, new):
             fired(note)
-            kept = merge(state[0], old, new) if mergeable(state[0], old, new) else cond(state[0], lambda: old, lambda: new)
+            kept = (
+                merge(state[0], old, new) if mergeable(state[0], old, new) else cond(state[0], lambda: old, lambda: new)
+            )
             return tuple(kept), (state[0] | as_bool(test),)
     if isinstance(state, tuple) and state[0]:  # masking cannot go on: Python decides whether it had stopped
         return old, True

@@ -33,14 +33,18 @@ def rewrite(fdef: ast.FunctionDef, ctx: Context) -> int:
     for n in loaded_names(fdef):
         loads[n.id] = loads.get(n.id, 0) + 1
     block = Block(ctx, loads)
-    block.from_data = {t.id for st in ast.walk(fdef) if isinstance(st, ast.Assign) and reads_item(st.value)
-                       for t in st.targets if isinstance(t, ast.Name)}
+    block.from_data = {
+        t.id
+        for st in ast.walk(fdef)
+        if isinstance(st, ast.Assign) and reads_item(st.value)
+        for t in st.targets
+        if isinstance(t, ast.Name)
+    }
     legacy_variables(fdef, ctx)
     conditional_expressions(fdef, ctx)
     block.converted = item_for_logging(fdef, ctx, block)
     fdef.body = block.stmts(fdef.body, set(params), top=True)
     return len(ctx.notes)
-
 
 
 class Block(CheckRules, BranchRules, LoopRules):
@@ -56,9 +60,16 @@ class Block(CheckRules, BranchRules, LoopRules):
     def stmts(self, body: list[ast.stmt], defined: set[str], top: bool = False) -> list[ast.stmt]:
         out: list[ast.stmt] = []
         for i, s in enumerate(body):
-            rest = body[i + 1:]
-            if (isinstance(s, ast.If) and not s.orelse and s.body and isinstance(s.body[-1], ast.Return)
-                    and rest and isinstance(rest[-1], ast.Return) and maybe_tensor_test(s.test, self.ctx)):
+            rest = body[i + 1 :]
+            if (
+                isinstance(s, ast.If)
+                and not s.orelse
+                and s.body
+                and isinstance(s.body[-1], ast.Return)
+                and rest
+                and isinstance(rest[-1], ast.Return)
+                and maybe_tensor_test(s.test, self.ctx)
+            ):
                 whole = ast.copy_location(ast.If(s.test, s.body, rest), s)
                 new = self.if_convert(whole, defined, early=True)
                 if new is not None:
@@ -79,8 +90,17 @@ class Block(CheckRules, BranchRules, LoopRules):
         if isinstance(s, ast.Assign) and id(s) in self.item_notes:
             kept: list[ast.stmt] = [s, fired_stmt(self.item_notes[id(s)], s)]
             if self.unused_items.get(id(s)):
-                key = rt.register(rt.Effect("item", None, self.ctx.globals, self.ctx.filename, s.lineno,
-                                            self.ctx.funcname, (("value", 0, ()),)))
+                key = rt.register(
+                    rt.Effect(
+                        "item",
+                        None,
+                        self.ctx.globals,
+                        self.ctx.filename,
+                        s.lineno,
+                        self.ctx.funcname,
+                        (("value", 0, ()),),
+                    )
+                )
                 check = located(ast.Expr(rt_call("deferred", ast.Constant(key), copy.deepcopy(s.targets[0]))), s)
                 check.value.args[1].ctx = ast.Load()
                 kept.append(check)
@@ -129,7 +149,9 @@ class Block(CheckRules, BranchRules, LoopRules):
             call.args[skip:] = [located(rt_call("snap", v), s) for v in call.args[skip:]]
         return new
 
-    def branch(self, body: list[ast.stmt], prefix: str, outputs: list[str], guard: tuple[str, int]) -> tuple[list[ast.stmt], list[str]]:
+    def branch(
+        self, body: list[ast.stmt], prefix: str, outputs: list[str], guard: tuple[str, int]
+    ) -> tuple[list[ast.stmt], list[str]]:
         """The branch's statements with every name it binds renamed (so both branches can run), and its outputs."""
         renames: dict[str, str] = {}
         out: list[ast.stmt] = []

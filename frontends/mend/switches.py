@@ -74,8 +74,11 @@ def scoped(fn: Callable[..., Any]) -> Callable[..., Any]:
                 # torch.cond refused a rewritten if/else while Dynamo traced it (the frame had not run):
                 # branch in Python instead (a graph break, as without the rewrite) and trace again
                 rt.COND = False
-                warnings.warn(f"torchmux: torch.cond refused a rewritten tensor if/else ({str(e).splitlines()[0]}); "
-                              "such ifs now branch in Python (one graph break each)", stacklevel=2)
+                warnings.warn(
+                    f"torchmux: torch.cond refused a rewritten tensor if/else ({str(e).splitlines()[0]}); "
+                    "such ifs now branch in Python (one graph break each)",
+                    stacklevel=2,
+                )
                 return fn(*args, **kwargs)
 
     return run

@@ -30,8 +30,9 @@ class Net(torch.nn.Module):
         return self.b(torch.tanh(self.a(x)))
 
 
-def train(model: torch.nn.Module, rank: int, steps: int, wrap: str,
-          compile: Any = None) -> tuple[list[float], list[list[torch.Tensor]]]:
+def train(
+    model: torch.nn.Module, rank: int, steps: int, wrap: str, compile: Any = None
+) -> tuple[list[float], list[list[torch.Tensor]]]:
     if wrap == "fsdp":
         from torch.distributed.fsdp import fully_shard
 
@@ -59,7 +60,9 @@ def _full(t: torch.Tensor) -> torch.Tensor:
 
 def run(rank: int, world: int, out: str, backend: str, steps: int, wrap: str) -> None:
     os.environ["TORCHMUX_CACHE_DIR"] = os.path.join(out, f"cache{rank}")
-    dist.init_process_group("gloo", init_method=f"file://{os.path.join(out, 'rendezvous')}", rank=rank, world_size=world)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{os.path.join(out, 'rendezvous')}", rank=rank, world_size=world
+    )
     import torchmux
     from torchmux.autotune.runner import GraphRunner
     from torchmux.core.registry import get_registry
@@ -82,8 +85,9 @@ def run(rank: int, world: int, out: str, backend: str, steps: int, wrap: str) ->
         got = train(compiled, rank, steps, wrap, compile=lambda m: torchmux.compile(m, backend=names))
     else:  # DDP wraps the compiled model
         got = train(torchmux.compile(compiled, backend=names), rank, steps, wrap)
-    chosen = {r.ir.fingerprint(): [d.backend for d in r.placements()]
-              for r in gc.get_objects() if type(r) is GraphRunner}  # type(): no dereferencing dead weak proxies
+    chosen = {
+        r.ir.fingerprint(): [d.backend for d in r.placements()] for r in gc.get_objects() if type(r) is GraphRunner
+    }  # type(): no dereferencing dead weak proxies
     torch.save({"want": want, "got": got, "measured": measured, "chosen": chosen}, os.path.join(out, f"rank{rank}.pt"))
     dist.destroy_process_group()
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 import torchmux
 from torchmux.api.cache_cli import BundleError, import_bundle, main
 from torchmux.core import remote_cache
@@ -57,8 +58,14 @@ def _run(monkeypatch: pytest.MonkeyPatch, folder: Path, capsys: pytest.CaptureFi
 
 def test_ls_through_the_command(tuned: Path) -> None:
     env = {**os.environ, "TORCHMUX_CACHE_DIR": str(tuned)}
-    out = subprocess.run([sys.executable, "-m", "torchmux", "cache", "ls"], env=env, capture_output=True,
-                         text=True, timeout=120, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "torchmux", "cache", "ls"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
     assert "decisions: 1" in out
     record = json.loads(next((tuned / "decisions").glob("*.json")).read_text())
     assert f"-> {record['backend']}" in out and record["graph"] in out
@@ -97,8 +104,9 @@ def test_export_then_import_on_a_fresh_machine(tuned: Path, tmp_path: Path, monk
     assert seen == [], "the imported decision spared every measurement"
 
 
-def _bundle(path: Path, members: dict[str, bytes], *, manifest: dict[str, str] | None = None,
-            link: str | None = None) -> Path:
+def _bundle(
+    path: Path, members: dict[str, bytes], *, manifest: dict[str, str] | None = None, link: str | None = None
+) -> Path:
     files = {k: hashlib.sha256(v).hexdigest() for k, v in members.items()} if manifest is None else manifest
     with tarfile.open(path, "w:gz") as tar:
         for name, data in [("MANIFEST.json", json.dumps({"format": 1, "files": files}).encode()), *members.items()]:
@@ -116,15 +124,18 @@ GOOD = json.dumps({"backend": "eager", "plan": None, "measurements": [{"backend"
 KEY = "decisions/" + "a" * 32 + ".json"
 
 
-@pytest.mark.parametrize("members, manifest, link, why", [
-    ({"../../evil.json": GOOD}, None, None, "not something a bundle may hold"),
-    ({"/etc/cron.d/x": GOOD}, None, None, "not something a bundle may hold"),
-    ({"tvm/lib/" + "b" * 32 + ".so": b"\x7fELF"}, None, None, "not something a bundle may hold"),
-    ({KEY: GOOD}, {KEY: "0" * 64}, None, "does not match the SHA-256"),
-    ({KEY: b'{"backend": 3}'}, None, None, "not a valid torchmux decision"),
-    ({"onnxruntime/" + "c" * 32 + "/model.onnx": b"#!/bin/sh"}, None, None, "not an ONNX model"),
-    ({KEY: GOOD}, None, "decisions/" + "d" * 32 + ".json", "not a plain file"),
-])
+@pytest.mark.parametrize(
+    "members, manifest, link, why",
+    [
+        ({"../../evil.json": GOOD}, None, None, "not something a bundle may hold"),
+        ({"/etc/cron.d/x": GOOD}, None, None, "not something a bundle may hold"),
+        ({"tvm/lib/" + "b" * 32 + ".so": b"\x7fELF"}, None, None, "not something a bundle may hold"),
+        ({KEY: GOOD}, {KEY: "0" * 64}, None, "does not match the SHA-256"),
+        ({KEY: b'{"backend": 3}'}, None, None, "not a valid torchmux decision"),
+        ({"onnxruntime/" + "c" * 32 + "/model.onnx": b"#!/bin/sh"}, None, None, "not an ONNX model"),
+        ({KEY: GOOD}, None, "decisions/" + "d" * 32 + ".json", "not a plain file"),
+    ],
+)
 def test_import_refuses_a_bad_bundle_and_writes_nothing(tmp_path, members, manifest, link, why) -> None:  # type: ignore[no-untyped-def]
     bundle = _bundle(tmp_path / "bad.tar.gz", members, manifest=manifest, link=link)
     root = tmp_path / "cache"

@@ -20,8 +20,13 @@ WORKER = Path(__file__).with_name("ddp_worker.py")
 @pytest.fixture(scope="module", params=["ddp", "fsdp"])
 def ranks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     out = tmp_path_factory.mktemp(request.param)
-    proc = subprocess.run([sys.executable, str(WORKER), str(out), "eager,onnxruntime", "3", request.param],
-                          capture_output=True, text=True, timeout=600, check=False)  # its output explains a failure
+    proc = subprocess.run(
+        [sys.executable, str(WORKER), str(out), "eager,onnxruntime", "3", request.param],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )  # its output explains a failure
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return [torch.load(out / f"rank{r}.pt") for r in range(2)]
 

@@ -32,7 +32,7 @@ class AttrDict(dict):
     __getattr__ = dict.__getitem__
 
 
-def scale_by_config(x, cfg=AttrDict(scale=2.0)):
+def scale_by_config(x, cfg=AttrDict(scale=2.0)):  # noqa: B008 -- the research-code pattern under test
     return x * cfg.scale
 
 

@@ -11,6 +11,7 @@ import os
 import time
 
 import torch
+
 import torchmux
 
 
@@ -123,5 +124,16 @@ class RaisingObserver:
 
 @torchmux.hookimpl
 def torchmux_add_backends():
-    return [Honest(), WrongLate(), WrongOnNaN(), MutatesInput(), AliasesInput(), ReusesBuffer(), RaisesOnFifth(), Aborts(),
-            Segfaults(), HangsInCall(), HangsInCompile()]
+    return [
+        Honest(),
+        WrongLate(),
+        WrongOnNaN(),
+        MutatesInput(),
+        AliasesInput(),
+        ReusesBuffer(),
+        RaisesOnFifth(),
+        Aborts(),
+        Segfaults(),
+        HangsInCall(),
+        HangsInCompile(),
+    ]

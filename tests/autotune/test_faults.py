@@ -17,6 +17,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+
 import torchmux
 from torchmux.autotune import decisions
 from torchmux.core.errors import BadArgumentError, TorchmuxFallbackWarning
@@ -57,10 +58,13 @@ def assert_eager(outs, inputs):
         torch.testing.assert_close(o, f(x), equal_nan=True)
 
 
-@pytest.mark.parametrize("name, reason", [
-    ("fault_wrong_late", "wrong answer"),
-    ("fault_raises_5th", "raised RuntimeError"),
-])
+@pytest.mark.parametrize(
+    "name, reason",
+    [
+        ("fault_wrong_late", "wrong answer"),
+        ("fault_raises_5th", "raised RuntimeError"),
+    ],
+)
 def test_late_faults_are_caught_and_demoted(name, reason):
     inputs = [x_(i) for i in range(8)]
     outs, warned = run_calls(name, inputs)
@@ -77,11 +81,14 @@ def test_wrong_on_nan_is_caught_on_the_first_nan_input():
     assert len(warned) == 1 and "NaN" in str(warned[0].message)
 
 
-@pytest.mark.parametrize("name, reason", [
-    ("fault_mutates_input", "changed its input 0"),
-    ("fault_aliases_input", "input"),
-    ("fault_reuses_buffer", "reused output buffers"),
-])
+@pytest.mark.parametrize(
+    "name, reason",
+    [
+        ("fault_mutates_input", "changed its input 0"),
+        ("fault_aliases_input", "input"),
+        ("fault_reuses_buffer", "reused output buffers"),
+    ],
+)
 def test_inputs_and_buffers_are_part_of_the_answer(name, reason):
     x = x_(0)
     kept = x.clone()
@@ -108,12 +115,15 @@ def test_verify_off_trusts_and_always_checks():
         torchmux.compile(f, options={"verify": "sometimes"})
 
 
-@pytest.mark.parametrize("name, reason", [
-    ("fault_abort", "crashed with signal 6"),
-    ("fault_segfault", "crashed with signal 11"),
-    ("fault_hang_call", "timed out after 3 s"),
-    ("fault_hang_compile", "timed out after 3 s"),
-])
+@pytest.mark.parametrize(
+    "name, reason",
+    [
+        ("fault_abort", "crashed with signal 6"),
+        ("fault_segfault", "crashed with signal 11"),
+        ("fault_hang_call", "timed out after 3 s"),
+        ("fault_hang_compile", "timed out after 3 s"),
+    ],
+)
 def test_crashes_and_hangs_stay_in_the_child(name, reason):
     t0 = time.monotonic()
     outs, warned = run_calls([name], [x_(0)], trial_deadline=3.0)
@@ -148,10 +158,18 @@ def test_observer_that_raises_is_named_and_the_others_run():
         get_registry().pm.unregister(name="good_observer")
 
 
-@pytest.mark.parametrize("record", ['"a string"', "[]", '{"measurements": []}', '{"backend": 3}',
-                                    '{"backend": "eager", "measurements": [{"seconds": 1}]}',
-                                    '{"backend": "eager", "measurements": [{"backend": "eager", "seconds": "fast"}]}',
-                                    "{not json"])
+@pytest.mark.parametrize(
+    "record",
+    [
+        '"a string"',
+        "[]",
+        '{"measurements": []}',
+        '{"backend": 3}',
+        '{"backend": "eager", "measurements": [{"seconds": 1}]}',
+        '{"backend": "eager", "measurements": [{"backend": "eager", "seconds": "fast"}]}',
+        "{not json",
+    ],
+)
 def test_bad_decision_records_are_set_aside(record):
     path = decisions._path("0" * 32)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -172,12 +190,19 @@ def test_bad_decision_record_under_auto_is_remeasured(tmp_path, monkeypatch):
         assert_eager([compiled(x_(0))], [x_(0)])
 
 
-@pytest.mark.parametrize("options, match", [
-    ({"autotune_budget": math.inf}, "finite"), ({"autotune_budget": math.nan}, "finite"),
-    ({"autotune_budget": -1}, ">= 0"), ({"split": -2}, ">= 0"),
-    ({"onnxruntime.providers": "CPUExecutionProvider"}, "list"), ({"onnxruntime.providers": [3]}, "list"),
-    ({"isolate": "sometimes"}, "isolate"), ({"trial_deadline": 0}, "> 0"),
-])
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        ({"autotune_budget": math.inf}, "finite"),
+        ({"autotune_budget": math.nan}, "finite"),
+        ({"autotune_budget": -1}, ">= 0"),
+        ({"split": -2}, ">= 0"),
+        ({"onnxruntime.providers": "CPUExecutionProvider"}, "list"),
+        ({"onnxruntime.providers": [3]}, "list"),
+        ({"isolate": "sometimes"}, "isolate"),
+        ({"trial_deadline": 0}, "> 0"),
+    ],
+)
 def test_bad_arguments_are_refused_at_compile(options, match):
     with pytest.raises(BadArgumentError, match=match):
         torchmux.compile(f, options=options)
@@ -310,6 +335,12 @@ def test_naming_a_builtin_plugin_again_keeps_it():
     import subprocess
 
     env = dict(os.environ, TORCHMUX_PLUGINS="torchmux.backends.eager")
-    out = subprocess.run([sys.executable, "-c", "import torchmux.core.registry as m; print('eager' in m.get_registry().names)"],
-                         capture_output=True, text=True, env=env, timeout=300, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", "import torchmux.core.registry as m; print('eager' in m.get_registry().names)"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert out.stdout.strip() == "True", out.stderr[-2000:]

@@ -16,6 +16,7 @@ import warnings
 
 import pytest
 import torch
+
 import torchmux
 from torchmux.autotune.freeze import MAX_REFREEZES, can_freeze, freeze
 from torchmux.core.trace import trace
@@ -32,6 +33,7 @@ def _model(width: int = 32) -> torch.nn.Module:
 
 def _changes(model: torch.nn.Module) -> list:
     """Every way a program changes weights in place, one after the other (more than MAX_REFREEZES)."""
+
     def add_under_no_grad() -> None:
         with torch.no_grad():
             model[0].weight.add_(1.0)
@@ -95,8 +97,10 @@ def test_onnx_model_gets_weights_as_initializers_and_a_key_of_their_own() -> Non
         torchmux.compile(model, backend="onnxruntime")(x)
     import onnx
 
-    newest = max(glob.glob(os.path.join(os.environ["TORCHMUX_CACHE_DIR"], "onnxruntime", "*", "model.onnx")),
-                 key=os.path.getmtime)
+    newest = max(
+        glob.glob(os.path.join(os.environ["TORCHMUX_CACHE_DIR"], "onnxruntime", "*", "model.onnx")),
+        key=os.path.getmtime,
+    )
     proto = onnx.load(newest)
     assert [i.name for i in proto.graph.input] and len(proto.graph.input) == 1  # only x is an input
     assert len(proto.graph.initializer) >= 4  # two weights, two biases (batch norm may be folded in)

@@ -24,8 +24,9 @@ def _run(cache: Path, terminal: bool) -> str:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     env.update(TORCHMUX_CACHE_DIR=str(cache), PYTHONWARNINGS="ignore")
     if not terminal:
-        return subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True,
-                              timeout=300, check=True).stderr
+        return subprocess.run(
+            [sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True, timeout=300, check=True
+        ).stderr
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a terminal 120 wide
     proc = subprocess.Popen([sys.executable, "-c", PROGRAM], env=env, stdout=subprocess.DEVNULL, stderr=follower)

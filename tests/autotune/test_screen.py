@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from torchmux.autotune import screen
 from torchmux.autotune.runner import GraphRunner
 from torchmux.core.config import resolve

@@ -10,10 +10,12 @@ import warnings
 
 import pytest
 import torch
+
 import torchmux
 from torchmux.core.errors import IRLintError, TorchmuxFallbackWarning
 from torchmux.core.registry import get_registry
 from torchmux.frontends.dynamo import TorchmuxDynamoBackend
+
 
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
@@ -54,7 +56,11 @@ def test_ir_carries_symbols_with_ranges_and_prints_them():
 
 def test_lint_refuses_a_symbol_no_input_defines():
     ir = _symbolic_ir()
-    x = next(n for n in ir.placeholders if isinstance(n.meta["val"], torch.Tensor) and not ir.input_specs[ir.placeholders.index(n)].is_static)
+    x = next(
+        n
+        for n in ir.placeholders
+        if isinstance(n.meta["val"], torch.Tensor) and not ir.input_specs[ir.placeholders.index(n)].is_static
+    )
     n_ph = next(n for n in ir.placeholders if isinstance(n.meta["val"], torch.SymInt))
     fake = x.meta["val"]
     with fake.fake_mode:
@@ -66,8 +72,10 @@ def test_lint_refuses_a_symbol_no_input_defines():
 
 def test_symbolic_fingerprint_is_stable_across_processes():
     code = CAPTURE + "print(irs[-1].fingerprint())"
-    prints = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()[-1]
-              for _ in range(2)]
+    prints = [
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()[-1]
+        for _ in range(2)
+    ]
     assert prints[0] == prints[1] == _symbolic_ir().fingerprint()
 
 
@@ -112,8 +120,14 @@ def test_mlp_50_batch_sizes_compile_once_per_backend(monkeypatch, backends):
 def test_tiny_bert_50_sequence_lengths(monkeypatch):
     transformers = pytest.importorskip("transformers")
     torch._dynamo.reset()
-    config = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                     intermediate_size=64, max_position_embeddings=128)
+    config = transformers.BertConfig(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
     torch.manual_seed(0)
     model = transformers.BertModel(config).eval()
     counts = _counting(monkeypatch, ["onnxruntime"])

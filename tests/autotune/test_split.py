@@ -130,8 +130,9 @@ def test_real_backends_share_a_graph_and_the_answer_is_the_reference():
     registry = get_registry()
     cut = cut_points(ir, 2, min_ops=3)
     plan = Plan(tuple(cut), ("onnxruntime", "eager"))
-    placement = build_split(ir, plan, [registry.get("onnxruntime"), registry.get("eager")], a,
-                            mode=None, options=lambda n: {})
+    placement = build_split(
+        ir, plan, [registry.get("onnxruntime"), registry.get("eager")], a, mode=None, options=lambda n: {}
+    )
     assert placement is not None and placement.backend == "split(onnxruntime,eager)"
     torch.testing.assert_close(placement.fn(*a)[0], blocks(*a), rtol=1e-5, atol=1e-5)
 

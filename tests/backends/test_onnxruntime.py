@@ -26,7 +26,9 @@ from torchmux.core.trace import trace
 
 pytest.importorskip("onnxruntime")
 if not get_registry().availability("onnxruntime").ok:
-    pytest.skip(f"onnxruntime backend unavailable: {get_registry().availability('onnxruntime').reason}", allow_module_level=True)
+    pytest.skip(
+        f"onnxruntime backend unavailable: {get_registry().availability('onnxruntime').reason}", allow_module_level=True
+    )
 
 import onnxruntime as ort  # noqa: E402
 
@@ -146,14 +148,17 @@ def test_weights_are_inputs_and_strided_inputs_work(cache_dir: Path) -> None:
     torch.testing.assert_close(graph(xt, w, b)[0], _linear_gelu(xt, w, b), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("name,fn,shapes", [
-    ("passthrough", lambda x: (x + 1, x), [(3, 4)]),  # an output that is an input
-    ("same_twice", lambda x: ((x * 2).exp(),) * 2, [(3, 4)]),  # one value returned twice
-    ("empty_output", lambda x: x[:, :0] + 1, [(3, 4)]),  # data_ptr() of an empty tensor is 0
-    ("empty_input", lambda x, y: (x + 1, y * 2), [(3, 4), (0, 4)]),
-    ("unused_input", lambda x, y: x.exp(), [(3, 4), (2,)]),
-    ("int_and_scalar", lambda x: (x.argmax(0), x.sum()), [(3, 4)]),
-])
+@pytest.mark.parametrize(
+    "name,fn,shapes",
+    [
+        ("passthrough", lambda x: (x + 1, x), [(3, 4)]),  # an output that is an input
+        ("same_twice", lambda x: ((x * 2).exp(),) * 2, [(3, 4)]),  # one value returned twice
+        ("empty_output", lambda x: x[:, :0] + 1, [(3, 4)]),  # data_ptr() of an empty tensor is 0
+        ("empty_input", lambda x, y: (x + 1, y * 2), [(3, 4), (0, 4)]),
+        ("unused_input", lambda x, y: x.exp(), [(3, 4), (2,)]),
+        ("int_and_scalar", lambda x: (x.argmax(0), x.sum()), [(3, 4)]),
+    ],
+)
 def test_graph_edges(name: str, fn, shapes: list, cache_dir: Path) -> None:  # type: ignore[no-untyped-def]
     inputs = [torch.randn(s) for s in shapes]
     ir = trace(fn, inputs, name=name)
@@ -298,7 +303,9 @@ def test_unknown_provider_falls_back_to_eager(measured: list) -> None:
     def fn(x: torch.Tensor) -> torch.Tensor:
         return torch.tanh(x) * 3 + 1
 
-    compiled = torchmux.compile(fn, backend="onnxruntime", options={"onnxruntime.providers": ["NoSuchExecutionProvider"]})
+    compiled = torchmux.compile(
+        fn, backend="onnxruntime", options={"onnxruntime.providers": ["NoSuchExecutionProvider"]}
+    )
     x = torch.randn(5, 7)
     with pytest.warns(torchmux.TorchmuxFallbackWarning, match="NoSuchExecutionProvider"):
         out = compiled(x)

@@ -205,7 +205,7 @@ def test_batch_norm_relu_and_repeated_operands_fuse():
 def test_constant_exponents():
     x = rand(4, 9)
     x[0, 0] = 0.0
-    run(lambda x: (x ** 2.5, x ** -1.5, x ** -2, x ** 5, x ** 0, x ** 0.5, x ** -3), x)
+    run(lambda x: (x**2.5, x**-1.5, x**-2, x**5, x**0, x**0.5, x**-3), x)
 
 
 def test_integer_and_bool_values_flow_through():
@@ -255,8 +255,10 @@ def test_backend_reports_interpreter_and_is_not_auto_on_cpu():
 
 def test_without_interpreter_or_gpu_the_reason_says_what_to_do():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    code = ("import torch, torchmux; from torchmux.backends.triton import TritonBackend; b = TritonBackend(); "
-            "a = b.availability(); print(torch.cuda.is_available(), a.ok, b.devices, '|', a.reason)")
+    code = (
+        "import torch, torchmux; from torchmux.backends.triton import TritonBackend; b = TritonBackend(); "
+        "a = b.availability(); print(torch.cuda.is_available(), a.ok, b.devices, '|', a.reason)"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     if out.stdout.startswith("False"):
@@ -268,7 +270,9 @@ def test_claims_only_what_the_generator_handles():
     claimed = b.claims["float32"]  # from the conformance suite (claims.json)
     assert "aten._softmax.default" in claimed and "aten.mm.default" in claimed
     assert "aten.native_dropout.default" not in claimed  # no lowering: runs eagerly via the partitioner
-    ir = trace(lambda x: torch.nn.functional.dropout(x, 0.5, training=True).unsqueeze(0), [rand(8, 8)], name="unclaimed")
+    ir = trace(
+        lambda x: torch.nn.functional.dropout(x, 0.5, training=True).unsqueeze(0), [rand(8, 8)], name="unclaimed"
+    )
     supported = {op_key(n).split(".")[0]: b.supports(n) for n in ir.op_nodes}
     assert supported["unsqueeze"] is True and not all(supported.values())
 

@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from torchmux.bench import cli as bench
 from torchmux.core.registry import get_registry
 
@@ -26,8 +27,21 @@ def small_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path, str]
 
     text = io.StringIO()
     with contextlib.redirect_stdout(text):
-        rc = bench.main(["--models", "mlp", "--batch-size", "2", "--systems", "eager,torchmux:eager",
-                         "--rounds", "3", "--out", str(out), "--no-progress"])
+        rc = bench.main(
+            [
+                "--models",
+                "mlp",
+                "--batch-size",
+                "2",
+                "--systems",
+                "eager,torchmux:eager",
+                "--rounds",
+                "3",
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
     return rc, out, text.getvalue()
 
 
@@ -73,8 +87,9 @@ def test_table_prints(small_run: tuple[int, Path, str]) -> None:
     assert str(out / "bench.json") in text
 
 
-def test_from_json_redraws_without_running(small_run: tuple[int, Path, str], tmp_path: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_from_json_redraws_without_running(
+    small_run: tuple[int, Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _, out, text = small_run
     copy = tmp_path / "bench.json"
     copy.write_text((out / "bench.json").read_text())
@@ -163,8 +178,22 @@ def test_a_backend_that_kills_the_process_is_reported(crashing_backend: None, tm
     2 more; then at least one per round) dies while timing the crashing backend; it is run again
     without it, and eager still gets its figures. (--latency-only: no compile processes, to save time.)"""
     out = tmp_path / "out"
-    rc = bench.main(["--models", "mlp", "--batch-size", "2", "--systems", "eager,bench_crashing", "--rounds", "10",
-                     "--out", str(out), "--no-progress", "--latency-only"])
+    rc = bench.main(
+        [
+            "--models",
+            "mlp",
+            "--batch-size",
+            "2",
+            "--systems",
+            "eager,bench_crashing",
+            "--rounds",
+            "10",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--latency-only",
+        ]
+    )
     assert rc == 0
     rows = json.loads((out / "bench.json").read_text())["models"]["mlp"]["systems"]
     assert rows["eager"]["ok"] and rows["eager"]["latency_ms"]["median"] > 0
@@ -181,12 +210,21 @@ def test_assemble_reports_failures_and_geomean_skips_wrong_answers() -> None:
     from torchmux.bench.report import format_report
 
     def lat(ms: float, matches: bool = True) -> dict:
-        return {"event": "compiled", "compile_s": 0.5, "matches": matches, "max_abs_diff": 0.0 if matches else 3.0,
-                "mismatch": None if matches else "output 0: 5 of 8 elements outside tolerance", "notes": [],
-                "calls_per_sample": 1, "samples": [ms / 1e3] * 3}
+        return {
+            "event": "compiled",
+            "compile_s": 0.5,
+            "matches": matches,
+            "max_abs_diff": 0.0 if matches else 3.0,
+            "mismatch": None if matches else "output 0: 5 of 8 elements outside tolerance",
+            "notes": [],
+            "calls_per_sample": 1,
+            "samples": [ms / 1e3] * 3,
+        }
 
     systems = ["eager", "inductor", "torchmux:onnxruntime", "torchmux:auto"]
-    cold = {s: {"ok": True, "first_call_s": 2.0, "notes": [], "rss_before_mb": 300.0, "peak_rss_mb": 400.0} for s in systems}
+    cold = {
+        s: {"ok": True, "first_call_s": 2.0, "notes": [], "rss_before_mb": 300.0, "peak_rss_mb": 400.0} for s in systems
+    }
     cold["torchmux:onnxruntime"] = {"ok": False, "error": "the process died of signal SIGSEGV: (no output)"}
     latency = {"systems": {"eager": lat(4.0), "inductor": lat(2.0), "torchmux:auto": lat(1.0, matches=False)}}
     row = bench.assemble("mlp", systems, cold, {}, latency, "cpu")
@@ -199,9 +237,14 @@ def test_assemble_reports_failures_and_geomean_skips_wrong_answers() -> None:
     geo = bench.geomeans(models, systems)
     assert geo["inductor"]["speedup_vs_eager"] == 2.0
     assert geo["torchmux:auto"]["speedup_vs_eager"] is None  # a wrong answer is no speedup
-    report = {"environment": {"device": "cpu", "device_name": "test cpu", "cpu_count": 2, "threads": 2, "torch": "x"},
-              "settings": {"systems": systems, "models": ["mlp"], "batch_size": 8, "rounds": 3, "skipped_systems": {}},
-              "wall_s": 1.0, "complete": True, "models": models, "geomean": geo}
+    report = {
+        "environment": {"device": "cpu", "device_name": "test cpu", "cpu_count": 2, "threads": 2, "torch": "x"},
+        "settings": {"systems": systems, "models": ["mlp"], "batch_size": 8, "rounds": 3, "skipped_systems": {}},
+        "wall_s": 1.0,
+        "complete": True,
+        "models": models,
+        "geomean": geo,
+    }
     text = format_report(report)
     assert "SIGSEGV" in text and "NO (3)" in text and "failed" in text and "(wrong)" in text
 
@@ -218,22 +261,62 @@ def test_auto_is_reported_against_the_fastest_single_system() -> None:
     from torchmux.bench.results import auto_vs_best
 
     def lat(ms: float, matches: bool = True) -> dict:
-        return {"event": "compiled", "compile_s": 0.5, "matches": matches, "max_abs_diff": 0.0, "mismatch": None,
-                "notes": [], "calls_per_sample": 1, "samples": [ms / 1e3] * 3, "auto_choices": {"graph_0": "onnxruntime"}}
+        return {
+            "event": "compiled",
+            "compile_s": 0.5,
+            "matches": matches,
+            "max_abs_diff": 0.0,
+            "mismatch": None,
+            "notes": [],
+            "calls_per_sample": 1,
+            "samples": [ms / 1e3] * 3,
+            "auto_choices": {"graph_0": "onnxruntime"},
+        }
 
     systems = ["eager", "inductor", "inductor-freezing", "onnxruntime-export", "torchmux:auto"]
     cold = {s: {"ok": True, "first_call_s": 1.0, "notes": []} for s in systems}
     models = {
-        "mlp": bench.assemble("mlp", systems, cold, {}, {"systems": {
-            "eager": lat(4.0), "inductor": lat(2.0), "inductor-freezing": lat(1.0, matches=False),
-            "onnxruntime-export": lat(1.6), "torchmux:auto": lat(1.5)}}, "cpu"),
-        "resnet": bench.assemble("resnet", systems, cold, {}, {"systems": {
-            "eager": lat(4.0), "inductor": lat(2.0), "inductor-freezing": lat(1.0),
-            "onnxruntime-export": lat(3.0), "torchmux:auto": lat(2.0)}}, "cpu"),
+        "mlp": bench.assemble(
+            "mlp",
+            systems,
+            cold,
+            {},
+            {
+                "systems": {
+                    "eager": lat(4.0),
+                    "inductor": lat(2.0),
+                    "inductor-freezing": lat(1.0, matches=False),
+                    "onnxruntime-export": lat(1.6),
+                    "torchmux:auto": lat(1.5),
+                }
+            },
+            "cpu",
+        ),
+        "resnet": bench.assemble(
+            "resnet",
+            systems,
+            cold,
+            {},
+            {
+                "systems": {
+                    "eager": lat(4.0),
+                    "inductor": lat(2.0),
+                    "inductor-freezing": lat(1.0),
+                    "onnxruntime-export": lat(3.0),
+                    "torchmux:auto": lat(2.0),
+                }
+            },
+            "cpu",
+        ),
     }
-    report = {"environment": {"device": "cpu", "device_name": "test cpu", "cpu_count": 2, "threads": 1, "torch": "x"},
-              "settings": {"systems": systems, "models": list(models), "batch_size": 1, "rounds": 3, "skipped_systems": {}},
-              "wall_s": 1.0, "complete": True, "models": models, "geomean": bench.geomeans(models, systems)}
+    report = {
+        "environment": {"device": "cpu", "device_name": "test cpu", "cpu_count": 2, "threads": 1, "torch": "x"},
+        "settings": {"systems": systems, "models": list(models), "batch_size": 1, "rounds": 3, "skipped_systems": {}},
+        "wall_s": 1.0,
+        "complete": True,
+        "models": models,
+        "geomean": bench.geomeans(models, systems),
+    }
     cmp = auto_vs_best(report)
     assert cmp["models"]["mlp"]["best"] == "onnxruntime-export"  # inductor-freezing answered wrong
     assert cmp["models"]["mlp"]["auto_over_best"] == pytest.approx(1.5 / 1.6)
@@ -252,6 +335,7 @@ def test_outside_systems_are_in_the_default_set_and_the_export_system_runs() -> 
     """inductor-freezing and onnxruntime-export are contenders by default; the export system is ONNX
     Runtime used directly (a real export and session) and answers as eager does."""
     import torch
+
     from torchmux.bench.run import make_compiled
 
     systems, _ = bench.resolve_systems("default", "cpu")

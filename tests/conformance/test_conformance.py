@@ -37,8 +37,16 @@ def _params(device: str) -> list:
         avail = registry.availability(name)
         marks = [pytest.mark.gpu] if device == "cuda" else []
         if not avail.ok or not backend.supports_device(device) or (device == "cuda" and not torch.cuda.is_available()):
-            why = avail.reason if not avail.ok else f"no {device} here" if device == "cuda" else f"does not run on {device}"
-            params.append(pytest.param(name, None, None, id=f"{name}-unavailable", marks=marks + [pytest.mark.skip(reason=why)]))
+            why = (
+                avail.reason
+                if not avail.ok
+                else f"no {device} here"
+                if device == "cuda"
+                else f"does not run on {device}"
+            )
+            params.append(
+                pytest.param(name, None, None, id=f"{name}-unavailable", marks=marks + [pytest.mark.skip(reason=why)])
+            )
             continue
         seen_families: set[str] = set()
         for case in CASES:
@@ -72,16 +80,22 @@ def test_op_cpu(backend_name: str, case: Case, dtype: torch.dtype) -> None:
 
 
 @pytest.mark.slow  # compiles nothing new (the artifacts are keyed on the graph), but runs every claimed op again
-@pytest.mark.parametrize("backend_name,case,dtype", [p for p in _params("cpu") if p.values[2] in (torch.float32, None)
-                                                     and (p.values[1] is None or p.values[1].floats)])
+@pytest.mark.parametrize(
+    "backend_name,case,dtype",
+    [p for p in _params("cpu") if p.values[2] in (torch.float32, None) and (p.values[1] is None or p.values[1].floats)],
+)
 def test_op_cpu_nonfinite(backend_name: str, case: Case, dtype: torch.dtype) -> None:
     """Claims hold for NaN and ±inf too, except where the claims file says they do not (nonfinite_unsafe)."""
     backend = get_registry().get(backend_name)
     if case.op in backend.nonfinite_unsafe:
-        pytest.skip(f"{backend_name} lists {case.op} as nonfinite_unsafe: graphs holding it are re-checked on NaN/inf inputs")
+        pytest.skip(
+            f"{backend_name} lists {case.op} as nonfinite_unsafe: graphs holding it are re-checked on NaN/inf inputs"
+        )
     err = check_nonfinite(backend, case, dtype)
-    assert err is None, (f"{backend_name} claims {case.op} but differs from eager on NaN/inf inputs: {err}; "
-                         "re-run its probe to list it under nonfinite_unsafe")
+    assert err is None, (
+        f"{backend_name} claims {case.op} but differs from eager on NaN/inf inputs: {err}; "
+        "re-run its probe to list it under nonfinite_unsafe"
+    )
 
 
 @pytest.mark.parametrize("backend_name,case,dtype", _params("cuda"))
@@ -113,8 +127,12 @@ def _dynamic_params() -> list:
     params = []
     for name in registry.names:
         backend = registry.get(name)
-        if not getattr(backend, "dynamic_shapes", False) or name in SAMPLED or not registry.availability(name).ok \
-                or not backend.supports_device("cpu"):
+        if (
+            not getattr(backend, "dynamic_shapes", False)
+            or name in SAMPLED
+            or not registry.availability(name).ok
+            or not backend.supports_device("cpu")
+        ):
             continue
         seen: set[str] = set()
         for case in CASES:

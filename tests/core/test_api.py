@@ -118,6 +118,7 @@ def test_not_callable_is_refused():
 
 # ---- a backend that fails never takes the program down and never returns a wrong result ----------
 
+
 class _Faulty(torchmux.Backend):
     devices = ("cpu",)
 
@@ -140,7 +141,11 @@ class _Faulty(torchmux.Backend):
 class _FaultyPlugin:
     @torchmux.hookimpl
     def torchmux_add_backends(self):
-        return [_Faulty("faulty_compile", "compile"), _Faulty("faulty_crash", "crash"), _Faulty("faulty_wrong", "wrong")]
+        return [
+            _Faulty("faulty_compile", "compile"),
+            _Faulty("faulty_crash", "crash"),
+            _Faulty("faulty_wrong", "wrong"),
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -151,9 +156,14 @@ def faulty():
     return registry
 
 
-@pytest.mark.parametrize("name,reason", [
-    ("faulty_compile", "compile failed"), ("faulty_crash", "crashed"), ("faulty_wrong", "wrong answer"),
-])
+@pytest.mark.parametrize(
+    "name,reason",
+    [
+        ("faulty_compile", "compile failed"),
+        ("faulty_crash", "crashed"),
+        ("faulty_wrong", "wrong answer"),
+    ],
+)
 def test_named_backend_failure_falls_back_and_says_so(faulty, name, reason):
     f = lambda x: torch.tanh(x) * 3  # noqa: E731
     x = torch.randn(4, 4)

@@ -62,6 +62,7 @@ def f_mul_add_sum(x, y):
 
 # ---- contract version ---------------------------------------------------------------------------
 
+
 def test_a_backend_for_a_newer_contract_is_refused_naming_the_plugin():
     class FromTheFuture:
         @torchmux.hookimpl
@@ -101,9 +102,13 @@ def test_an_old_style_backend_without_the_new_attributes_still_runs(use):
 
 # ---- options schema -----------------------------------------------------------------------------
 
+
 def test_an_option_typo_is_refused_at_compile_time_with_the_allowed_names():
-    with pytest.raises(torchmux.BadArgumentError, match=r"no option 'provders'\. Did you mean 'onnxruntime.providers'\?.*"
-                       r"intra_op_num_threads.*allow_spinning"):
+    with pytest.raises(
+        torchmux.BadArgumentError,
+        match=r"no option 'provders'\. Did you mean 'onnxruntime.providers'\?.*"
+        r"intra_op_num_threads.*allow_spinning",
+    ):
         torchmux.compile(torch.nn.Linear(2, 2), backend="onnxruntime", options={"onnxruntime.provders": ["CPU"]})
     with pytest.raises(torchmux.BadArgumentError, match=r"options\['tvm.tune_trials'\] must be int, got 'many'"):
         torchmux.compile(torch.nn.Linear(2, 2), options={"tvm": {"tune_trials": "many"}})
@@ -113,8 +118,15 @@ def test_an_option_typo_is_refused_at_compile_time_with_the_allowed_names():
 
 def test_declared_options_pass_and_free_form_options_are_not_checked(use):
     model = torch.nn.Linear(2, 2)
-    torchmux.compile(model, options={"onnxruntime.intra_op_num_threads": 1, "tvm.tune_seconds": 3,
-                                     "triton.autotune": True, "inductor.anything_goes": 1})
+    torchmux.compile(
+        model,
+        options={
+            "onnxruntime.intra_op_num_threads": 1,
+            "tvm.tune_seconds": 3,
+            "triton.autotune": True,
+            "inductor.anything_goes": 1,
+        },
+    )
     free = use(_Recording("free_form", ops=MUL_ADD))  # no options_schema: an older plugin's options pass
     x, y = torch.randn(3, 4), torch.randn(3, 4)
     out = torchmux.compile(f_mul_add_sum, backend="free_form", options={"free_form.whatever": 1})(x, y)
@@ -123,6 +135,7 @@ def test_declared_options_pass_and_free_form_options_are_not_checked(use):
 
 
 # ---- phases and granularity ---------------------------------------------------------------------
+
 
 def test_a_graph_of_a_phase_the_backend_does_not_list_falls_back_and_says_why(use):
     inference_only = use(_Recording("inference_only", phases=frozenset({"inference"})))
@@ -139,7 +152,9 @@ def test_a_graph_of_a_phase_the_backend_does_not_list_falls_back_and_says_why(us
 def test_whole_graph_granularity_refuses_a_graph_with_an_unclaimed_op(use):
     whole = use(_Recording("whole_only", ops=MUL_ADD, granularity="graph"))
     x, y = torch.randn(4, 8), torch.randn(4, 8)
-    with pytest.warns(torchmux.TorchmuxFallbackWarning, match="whole graphs only, and does not claim aten.sum.dim_IntList"):
+    with pytest.warns(
+        torchmux.TorchmuxFallbackWarning, match="whole graphs only, and does not claim aten.sum.dim_IntList"
+    ):
         out = torchmux.compile(f_mul_add_sum, backend="whole_only")(x, y)
     torch.testing.assert_close(out, f_mul_add_sum(x, y))
     assert whole.compiled == []
@@ -164,14 +179,17 @@ def test_regions_smaller_than_min_region_ops_run_eagerly(use):
 
 # ---- cost estimates, kernel_count, explain ------------------------------------------------------
 
+
 def test_auto_skips_a_candidate_whose_estimate_is_far_worse_without_compiling_it(use):
     hopeless = use(_Recording("hopeless", estimate_seconds=lambda request: 1.0))
     hopeful = use(_Recording("hopeful", estimate_seconds=lambda request: 1e-5))
     x, y = torch.randn(4, 8), torch.randn(4, 8)
     report = torchmux.explain(f_mul_add_sum, x, y, backend=["hopeless", "hopeful", "eager"])
     assert hopeless.compiled == [] and hopeful.compiled
-    assert any("hopeless: failed (skipped: its estimate 1e+03 ms is 10x+ hopeful's 0.01 ms)" in m
-               for m in report.graphs[0].measurements), report.graphs[0].measurements
+    assert any(
+        "hopeless: failed (skipped: its estimate 1e+03 ms is 10x+ hopeful's 0.01 ms)" in m
+        for m in report.graphs[0].measurements
+    ), report.graphs[0].measurements
 
 
 def test_explain_names_the_ops_left_to_eager_and_reports_kernel_count(use):
@@ -194,6 +212,7 @@ def test_kernel_count_is_read_only_when_it_is_a_count():
 
 
 # ---- registration -------------------------------------------------------------------------------
+
 
 def test_register_plugin_takes_a_backend_and_refuses_an_object_without_hooks(use):
     use(_Recording("bare_backend"))

@@ -99,8 +99,10 @@ def test_fingerprint_is_stable_across_processes():
         print(trace(mlp, args).fingerprint())
         """
     )
-    prints = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.strip()
-              for _ in range(2)}
+    prints = {
+        subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.strip()
+        for _ in range(2)
+    }
     assert len(prints) == 1
     assert prints == {trace(mlp, mlp_args()).fingerprint()}
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 import torchmux
 from torchmux.autotune import decisions
 from torchmux.core import remote_cache

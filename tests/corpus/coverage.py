@@ -30,7 +30,9 @@ from harness import capture_seconds, run  # noqa: E402
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ablation", action="store_true", help="also mend off, rewrites alone and Dynamo switches alone")
+    parser.add_argument(
+        "--ablation", action="store_true", help="also mend off, rewrites alone and Dynamo switches alone"
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="one line per program and mode")
     parser.add_argument("-k", default="", help="only programs whose name or category contains this")
     ns = parser.parse_args(argv)
@@ -63,8 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{cat:20}{len(members):>4}{cells}{f'{mux:.2f}/{dyn:.2f}':>24}")
     ratios = [seconds[p.name][0] / max(seconds[p.name][1], 1e-9) for p in programs]
     worst = max(zip(ratios, (p.name for p in programs)))
-    print(f"capture time torchmux/Dynamo: total {sum(s[0] for s in seconds.values()) / sum(s[1] for s in seconds.values()):.2f}x, "
-          f"median per program {statistics.median(ratios):.2f}x, worst {worst[0]:.2f}x ({worst[1]})")
+    print(
+        f"capture time torchmux/Dynamo: total {sum(s[0] for s in seconds.values()) / sum(s[1] for s in seconds.values()):.2f}x, "
+        f"median per program {statistics.median(ratios):.2f}x, worst {worst[0]:.2f}x ({worst[1]})"
+    )
     worse = [p.name for p in programs if results["torchmux"][p.name].breaks > results["dynamo"][p.name].breaks]
     print(f"programs where torchmux has more breaks than Dynamo: {worse or 'none'}")
     print(f"({time.perf_counter() - start:.0f} s)")

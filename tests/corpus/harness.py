@@ -83,8 +83,11 @@ def _observe() -> Iterator[list[str]]:
         logger.propagate = old_propagate
     lines.append(out.getvalue())
     lines.append(stream.getvalue())
-    lines += [f"WARN {w.category.__name__} {os.path.basename(w.filename)}:{w.lineno} {w.message}"
-              for w in caught if os.path.abspath(w.filename) in CORPUS_FILES]
+    lines += [
+        f"WARN {w.category.__name__} {os.path.basename(w.filename)}:{w.lineno} {w.message}"
+        for w in caught
+        if os.path.abspath(w.filename) in CORPUS_FILES
+    ]
 
 
 def observe(fn: Any, args: tuple[Any, ...], seed: int = 0) -> Seen:
@@ -98,7 +101,7 @@ def observe(fn: Any, args: tuple[Any, ...], seed: int = 0) -> Seen:
 
 
 def same(a: Seen, b: Seen) -> str:
-    """"" if the two runs look the same to the user, else what differed."""
+    """ "" if the two runs look the same to the user, else what differed."""
     if a.error != b.error:
         return f"exception {a.error} != {b.error}"
     if a.text != b.text:
@@ -151,8 +154,9 @@ def _frames_skipped() -> int:
     return counters["frames"]["total"] - counters["frames"]["ok"]
 
 
-def run_model(model: Any, args: tuple[Any, ...], mode: str = "torchmux",
-              backend: str = "eager") -> tuple[Seen, Any, int, float]:
+def run_model(
+    model: Any, args: tuple[Any, ...], mode: str = "torchmux", backend: str = "eager"
+) -> tuple[Seen, Any, int, float]:
     """Capture ``model`` once in ``mode``; return what the captured run showed, its report (or explain
     output), how many frames Dynamo skipped whole, and the seconds the first compiled call took."""
     torch._dynamo.reset()
@@ -188,8 +192,11 @@ def run(program: Any, mode: str = "torchmux") -> Result:
     seen, rep, skipped, seconds = run_model(model, copy.deepcopy(args), mode)
     why = same(reference, seen)
     if mode == "dynamo":
-        graphs, breaks, rewrites = rep.graph_count, len({repr(r.user_stack[-1]) if r.user_stack else r.reason
-                                                         for r in rep.break_reasons}), ()
+        graphs, breaks, rewrites = (
+            rep.graph_count,
+            len({repr(r.user_stack[-1]) if r.user_stack else r.reason for r in rep.break_reasons}),
+            (),
+        )
     else:
         graphs, breaks, rewrites = rep.graph_count, rep.graph_break_count, tuple(rep.rewrites)
     errors = tuple(g.error for g in getattr(rep, "graphs", []) if getattr(g, "error", None))
@@ -212,4 +219,3 @@ def capture_seconds(program: Any, use_mend: bool) -> float:
             return time.perf_counter() - start
     finally:
         torch._dynamo.reset()
-

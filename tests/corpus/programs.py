@@ -252,7 +252,7 @@ class PrintTensor(nn.Module):
 
 class PrintFString(nn.Module):
     def forward(self, x):
-        loss = (x ** 2).mean()
+        loss = (x**2).mean()
         print(f"loss {loss.item():.4f} of {x.shape}")
         return loss
 
@@ -478,29 +478,62 @@ PROGRAMS: list[Program] = [
     Program("early_exit", "branches", "early return on a tensor test", lambda: (EarlyExit(), (x16() * 20,))),
     Program("tuple_branch", "branches", "tensor if/else assigning a tuple", lambda: (TupleBranch(), (x16(),))),
     Program("branch_with_print", "branches", "tensor if/else with prints", lambda: (BranchWithPrint(), (x16(),))),
-    Program("dropout_branch", "branches", "tensor if/else drawing random numbers", lambda: (DropoutBranch(), (x16().abs(),))),
-    Program("guarded_index", "branches", "tensor if guarding an index", lambda: (GuardedIndex(), (x16(), torch.tensor([1, 9, 2, 3])))),
+    Program(
+        "dropout_branch", "branches", "tensor if/else drawing random numbers", lambda: (DropoutBranch(), (x16().abs(),))
+    ),
+    Program(
+        "guarded_index",
+        "branches",
+        "tensor if guarding an index",
+        lambda: (GuardedIndex(), (x16(), torch.tensor([1, 9, 2, 3]))),
+    ),
     Program("calls_helper", "branches", "global helper with an early exit", lambda: (CallsHelper(), (x16(),))),
     Program("submodule_branch", "branches", "user submodule with a tensor if", lambda: (SubmoduleBranch(), (x16(),))),
     Program("nested_tensor_if", "branches", "nested tensor ifs", lambda: (NestedTensorIf(), (x16(),))),
     Program("elif_chain", "branches", "tensor if/elif/else", lambda: (ElifChain(), (x16(),))),
     Program("not_test", "branches", "if not <tensor test>", lambda: (NotTest(), (x16(),))),
     Program("item_as_test", "branches", ".item() of a float in an if-test", lambda: (ItemAsTest(), (x16(),))),
-    Program("int_item_as_test", "branches", ".item() of an integer in an if-test", lambda: (IntItemAsTest(), (x16(),)),
-            graphs=2, breaks=1, note="an integer .item() is left to Python: the graph would compare it rounded"),
+    Program(
+        "int_item_as_test",
+        "branches",
+        ".item() of an integer in an if-test",
+        lambda: (IntItemAsTest(), (x16(),)),
+        graphs=2,
+        breaks=1,
+        note="an integer .item() is left to Python: the graph would compare it rounded",
+    ),
     Program("print_tensor", "effects", "print of a tensor", lambda: (PrintTensor(), (x16(),))),
-    Program("print_fstring", "effects", "print of an f-string with .item() and a shape", lambda: (PrintFString(), (x16(),))),
+    Program(
+        "print_fstring", "effects", "print of an f-string with .item() and a shape", lambda: (PrintFString(), (x16(),))
+    ),
     Program("print_shape", "effects", "print of shapes with sep=", lambda: (PrintShape(), (x16(),))),
     Program("percent_format", "effects", "print of a %-format with .item()", lambda: (PercentFormat(), (x16(),))),
     Program("logging_info", "effects", "logger.info/debug with .item()", lambda: (LoggingInfo(), (x16(),))),
-    Program("logging_fstring", "effects", "logger.warning of an f-string with int()", lambda: (LoggingFString(), (x16(),))),
+    Program(
+        "logging_fstring", "effects", "logger.warning of an f-string with int()", lambda: (LoggingFString(), (x16(),))
+    ),
     Program("warns", "effects", "warnings.warn with a category", lambda: (WarnsUnconditionally(), (x16(),))),
     Program("print_in_loop", "effects", "print with .item() in an unrolled loop", lambda: (PrintInLoop(), (x16(),))),
-    Program("print_then_inplace", "effects", "print of a tensor changed in place later", lambda: (print_then_inplace, (x16(),))),
+    Program(
+        "print_then_inplace",
+        "effects",
+        "print of a tensor changed in place later",
+        lambda: (print_then_inplace, (x16(),)),
+    ),
     Program("item_for_logging", "effects", ".item() only printed", lambda: (ItemForLogging(), (x16(),))),
     Program("tolist_for_logging", "effects", ".tolist() only printed", lambda: (TolistForLogging(), (x16(),))),
-    Program("item_in_arithmetic", "data-dependent ints", ".item() used in arithmetic", lambda: (ItemInArithmetic(), (x16(),))),
-    Program("tolist_as_python", "data-dependent ints", ".tolist() used as a Python list", lambda: (tolist_as_python, (x16(),))),
+    Program(
+        "item_in_arithmetic",
+        "data-dependent ints",
+        ".item() used in arithmetic",
+        lambda: (ItemInArithmetic(), (x16(),)),
+    ),
+    Program(
+        "tolist_as_python",
+        "data-dependent ints",
+        ".tolist() used as a Python list",
+        lambda: (tolist_as_python, (x16(),)),
+    ),
     Program("numpy_roundtrip", "data-dependent ints", "NumPy round trip", lambda: (numpy_roundtrip, (x16(),))),
     Program("numpy_constant", "data-dependent ints", "NumPy constants", lambda: (numpy_constant, (x16(),))),
     Program("raise_check", "checks", "if tensor: raise", lambda: (RaiseCheck(), (x16(),))),
@@ -511,12 +544,18 @@ PROGRAMS: list[Program] = [
     Program("closure", "python", "closure", lambda: (closure_scale, (x16(),))),
     Program("list_mutation", "python", "list append/insert", lambda: (list_mutation, (x16(),))),
     Program("dict_mutation", "python", "dict store/update/pop", lambda: (dict_mutation, (x16(),))),
-    Program("attribute_mutation", "python", "attribute mutation on the module", lambda: (AttributeMutation(), (x16(),))),
+    Program(
+        "attribute_mutation", "python", "attribute mutation on the module", lambda: (AttributeMutation(), (x16(),))
+    ),
     Program("recursion", "python", "recursion with a Python depth", lambda: (recursive_halve, (x16(),))),
     Program("data_dependent_while", "loops", "while on a tensor test", lambda: (data_dependent_while, (x16() * 4,))),
-    Program("data_dependent_range", "data-dependent ints", "range(int(tensor.item()))", lambda: (data_dependent_range, (x16(),))),
+    Program(
+        "data_dependent_range",
+        "data-dependent ints",
+        "range(int(tensor.item()))",
+        lambda: (data_dependent_range, (x16(),)),
+    ),
     Program("boolean_mask", "dynamic shapes", "boolean mask (dynamic output shape)", lambda: (boolean_mask, (x16(),))),
     Program("nonzero", "dynamic shapes", "torch.nonzero (dynamic output shape)", lambda: (nonzero_count, (x16(),))),
     Program("unique", "dynamic shapes", "torch.unique (dynamic output shape)", lambda: (unique_values, (x16(),))),
 ]
-

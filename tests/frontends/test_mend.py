@@ -74,8 +74,10 @@ def test_article_program_is_one_graph(cls) -> None:
 def test_article_random_branch_reports_rewrite_and_plain_dynamo_breaks() -> None:
     model, x = RandomBranch(), torch.randn(4, 16)
     report = explain(model, x)
-    assert any(r.startswith(f"{os.path.dirname(HERE)[:-len('frontends')]}corpus/programs.py:") and "torch.cond" in r
-               for r in report.rewrites), report.rewrites
+    assert any(
+        r.startswith(f"{os.path.dirname(HERE)[: -len('frontends')]}corpus/programs.py:") and "torch.cond" in r
+        for r in report.rewrites
+    ), report.rewrites
     plain = explain(model, x, mend=False)
     assert (plain.graph_count, plain.graph_break_count) == (2, 1)
     assert plain.rewrites == []
@@ -131,7 +133,9 @@ def test_warning_keeps_category_file_and_line() -> None:
         warnings.simplefilter("always")
         fast(x)
     mine = [w for w in got if w.category is DeprecationWarning]
-    assert [(w.filename, w.lineno, str(w.message)) for w in mine] == [(w.filename, w.lineno, str(w.message)) for w in eager]
+    assert [(w.filename, w.lineno, str(w.message)) for w in mine] == [
+        (w.filename, w.lineno, str(w.message)) for w in eager
+    ]
 
 
 def test_branch_not_taken_runs_no_side_effect() -> None:
@@ -228,8 +232,11 @@ def test_dynamo_switches_hold_during_the_call_only() -> None:
     fast = compiled(f)
     assert fast(torch.ones(3)) == 7.0
     assert seen == [True]
-    assert (cfg.capture_scalar_outputs, cfg.capture_dynamic_output_shape_ops,
-            set(cfg.reorderable_logging_functions)) == before  # the user's own torch.compile is untouched
+    assert (
+        cfg.capture_scalar_outputs,
+        cfg.capture_dynamic_output_shape_ops,
+        set(cfg.reorderable_logging_functions),
+    ) == before  # the user's own torch.compile is untouched
 
 
 def test_class_and_other_instances_untouched() -> None:
@@ -573,18 +580,35 @@ transformers = pytest.importorskip("transformers")
 
 def _wav2vec2():
     cfg = transformers.Wav2Vec2Config(
-        vocab_size=32, hidden_size=64, num_hidden_layers=1, num_attention_heads=4, intermediate_size=128,
-        conv_dim=(32, 32), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16,
-        num_conv_pos_embedding_groups=4, attn_implementation="eager")
+        vocab_size=32,
+        hidden_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        intermediate_size=128,
+        conv_dim=(32, 32),
+        conv_stride=(5, 2),
+        conv_kernel=(10, 3),
+        num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=4,
+        attn_implementation="eager",
+    )
     torch.manual_seed(0)
     return transformers.Wav2Vec2Model(cfg).eval(), (torch.randn(1, 800),)
 
 
 def _bart():
     cfg = transformers.BartConfig(
-        vocab_size=1000, d_model=64, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=64,
-        attn_implementation="eager")
+        vocab_size=1000,
+        d_model=64,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=128,
+        max_position_embeddings=64,
+        attn_implementation="eager",
+    )
     torch.manual_seed(0)
     return transformers.BartModel(cfg).eval(), (torch.randint(3, 1000, (1, 16)),)
 
@@ -621,7 +645,9 @@ def test_remaining_break_names_users_file_and_line() -> None:
     with redirect_stdout(io.StringIO()):
         report = explain(f, torch.full((4,), 3.0))
     assert report.graph_break_count >= 1
-    assert any(r.filename == HERE and r.lineno == line for r in report.break_reasons), [str(r) for r in report.break_reasons]
+    assert any(r.filename == HERE and r.lineno == line for r in report.break_reasons), [
+        str(r) for r in report.break_reasons
+    ]
     assert any(r.startswith(f"{HERE}:{line - 1}: print") for r in report.rewrites), report.rewrites
 
 

@@ -19,7 +19,9 @@ class ExampleBackend(torchmux.Backend):
     package = "torchmux-example-plugin"
     description = "example third-party plugin: interprets add/mul/relu/sigmoid/tanh"
     dtypes = (torch.float32,)
-    ops = frozenset({"aten.add.Tensor", "aten.mul.Tensor", "aten.relu.default", "aten.sigmoid.default", "aten.tanh.default"})
+    ops = frozenset(
+        {"aten.add.Tensor", "aten.mul.Tensor", "aten.relu.default", "aten.sigmoid.default", "aten.tanh.default"}
+    )
     auto = False  # an interpreter is never the fastest; run it only when asked by name
 
     def compile(self, request: torchmux.CompileRequest) -> torchmux.CompiledGraph:
