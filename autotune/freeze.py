@@ -89,7 +89,7 @@ def freeze(ir: GraphIR, args: Sequence[Any]) -> GraphIR:
 
 def _bytes(t: torch.Tensor) -> memoryview:
     flat = t.detach().to("cpu").contiguous().reshape(-1)
-    return memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else memoryview(b"")
+    return memoryview(flat.view(torch.uint8).numpy().tobytes()) if flat.numel() else memoryview(b"")
 
 
 class FrozenCall:

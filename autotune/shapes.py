@@ -85,7 +85,7 @@ def specialize(ir: GraphIR, args: Sequence[Any]) -> tuple[GraphIR, list[int]]:
     keep = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
     for node, arg in zip([n for n in gm.graph.nodes if n.op == "placeholder"], args):
         if not isinstance(arg, torch.Tensor):
-            node.replace_all_uses_with(arg)  # type: ignore[arg-type]
+            node.replace_all_uses_with(arg)
             gm.graph.erase_node(node)
     gm.graph.eliminate_dead_code()
     gm.recompile()
@@ -242,7 +242,7 @@ class SymbolicChooser:
                 reason=m.reason,
             )
         if best is None:  # nothing ran it right: the graph's own ops, eagerly (the runner warns)
-            return None, None, None  # type: ignore[return-value]
+            return None, None, None
         best_symbolic = choose([m for m in results if m.ok and not own[m.backend]])
         decision = Decision(best, results)
         if config.auto and len(candidates) > 1:

@@ -55,11 +55,10 @@ class InductorBackend(extend.Backend):
         gm = _views_as_reshapes(request.ir.gm)
         compiled: Callable[..., Sequence[torch.Tensor]]
         if request.ir.is_static:
-            compiled = compile_fx.compile_fx(  # type: ignore[assignment]  # typed as a union of its modes' results; this mode returns the callable
-                gm, list(request.example_inputs), config_patches=config_patches
-            )
+            # typed as a union of its modes' results; this mode returns the callable
+            compiled = compile_fx.compile_fx(gm, list(request.example_inputs), config_patches=config_patches)  # type: ignore[assignment]
         else:  # symbolic: compile for the graph's symbols (its fake values), not the first call's sizes
-            compiled = _compile_symbolic(gm, request.ir, config_patches)
+            compiled = _compile_symbolic(gm, request.ir, config_patches)  # type: ignore[assignment]  # as above
 
         def run(*args: torch.Tensor) -> list[torch.Tensor]:
             return list(compiled(*args))
@@ -75,6 +74,7 @@ def _compile_symbolic(gm: torch.fx.GraphModule, ir: extend.GraphIR, config_patch
 
     fakes = [n.meta["val"] for n in ir.placeholders]
     fake_mode = detect_fake_mode(fakes)
+    assert fake_mode is not None, "a symbolic graph's placeholders carry fake values"
     with tracing(TracingContext(fake_mode)), fake_mode:
         return compile_fx.compile_fx(gm, fakes, config_patches=config_patches)
 

@@ -98,6 +98,7 @@ class _OnnxExport:
         import onnxruntime as ort
 
         program = torch.onnx.export(self.model, args, dynamo=True, optimize=True, verbose=False)
+        assert program is not None  # dynamo=True returns the ONNXProgram
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         so.intra_op_num_threads = self.threads or torch.get_num_threads()

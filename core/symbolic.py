@@ -86,11 +86,12 @@ def _sizes_from_tensors(ir: GraphIR) -> tuple[torch.fx.GraphModule, dict[str, tu
         name = str(val.node.expr) if isinstance(val, torch.SymInt) else None
         if name not in where:
             raise NotImplementedError(f"{ir.name}: integer input {node.name} ({val}) is no tensor input's size")
-        source, d = where[name]  # type: ignore[index]
+        assert name is not None
+        source, dim = where[name]
         with gm.graph.inserting_before(first_op):
-            size = gm.graph.call_function(torch.ops.aten.sym_size.int, (source, d))
-        size.meta["val"] = val
-        node.replace_all_uses_with(size)
+            size_node = gm.graph.call_function(torch.ops.aten.sym_size.int, (source, dim))
+        size_node.meta["val"] = val
+        node.replace_all_uses_with(size_node)
         gm.graph.erase_node(node)
     out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     if isinstance(out.args[0], (tuple, list)):  # a size returned (saved for backward) is the caller's to compute

@@ -149,7 +149,8 @@ class _RecompileLimitWatch:
                 if "hit config." not in text or not record.args:
                     return
                 try:
-                    limit, value, function, reason = record.args[:4]  # type: ignore[index, misc]
+                    fields: tuple[Any, ...] = tuple(record.args)[:4]  # type: ignore[arg-type,unused-ignore]  # a tuple here (typed as a mapping too)
+                    limit, value, function, reason = fields
                 except (TypeError, ValueError):
                     return
                 warnings.warn(

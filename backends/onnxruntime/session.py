@@ -228,22 +228,25 @@ class OrtGraph:
 
     def __call__(self, *args: torch.Tensor) -> list[torch.Tensor | None]:  # a backward graph's outputs hold None
         if self._tensor_args is None:
-            outs = [torch.empty(spec.shape, dtype=spec.dtype, device=self.device) for _, _, spec in self._outputs]
+            outs = [torch.empty(spec.shape, dtype=spec.dtype, device=self.device) for _, _, spec in self._outputs]  # type: ignore[arg-type]  # static: every dim an int
         else:  # dynamic axes: each output's sizes from this call's input sizes
+            assert self._sizes is not None  # a symbolic graph always has its size sources
             values = {
                 name: int(args[i]) if d is None else int(args[i].shape[d]) for name, (i, d) in self._sizes.items()
-            }  # type: ignore[union-attr]
+            }
             outs = [
                 torch.empty([_size(x, values) for x in spec.shape], dtype=spec.dtype, device=self.device)
                 for _, _, spec in self._outputs
             ]
-            args = tuple(args[i] for i in self._tensor_args)  # type: ignore[assignment]
+            args = tuple(args[i] for i in self._tensor_args)
             if self._size_outputs:
                 self.run_into(args, outs)
-                return [
+                # sizes returned for the backward graph are ints among the tensors
+                mixed: list[Any] = [
                     _size(self._size_outputs[k], values) if k in self._size_outputs else None if j is None else outs[j]
                     for k, j in enumerate(self._slots)
                 ]
+                return mixed
         self.run_into(args, outs)
         return [None if j is None else outs[j] for j in self._slots]
 

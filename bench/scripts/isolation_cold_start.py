@@ -5,7 +5,7 @@ import time
 import torch
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2] / "tests" / "autotune"))
-import faulty_backends
+import faulty_backends  # type: ignore[import-not-found]  # tests/autotune, put on sys.path above
 
 import torchmux
 from torchmux.autotune import isolate

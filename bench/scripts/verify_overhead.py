@@ -24,20 +24,20 @@ for name in sys.argv[2:] or ("mlp", "bert"):
     def fn(*a, model=model, names=names, n=n):
         return torch.func.functional_call(model, dict(zip(names, a[:n])), tuple(a[n:]))
 
-    args = [t.detach() for t in state.values()] + list(args)
-    traced = trace(fn, args, name=name)
-    ir = GraphIR(traced.gm, ["param"] * n + ["input"] * (len(args) - n), name=name)
+    flat = [t.detach() for t in state.values()] + list(args)
+    traced = trace(fn, flat, name=name)
+    ir = GraphIR(traced.gm, ["param"] * n + ["input"] * (len(flat) - n), name=name)
     runners = {p: GraphRunner(ir, resolve(backend, None, {"verify": p, "freeze": False})) for p in ("first", "sparse")}
-    t = {p: [] for p in runners}
+    t: dict[str, list[float]] = {p: [] for p in runners}
     with torch.no_grad():
         for r in runners.values():
-            r(*args)
+            r(*flat)
         N = 200
         for _ in range(11):  # 2200 calls each: the schedule's 12 checks (1..1024, 2048) all fall inside
             for p, r in runners.items():
                 t0 = time.perf_counter()
                 for _ in range(N):
-                    r(*args)
+                    r(*flat)
                 t[p].append((time.perf_counter() - t0) / N)
     a, b = statistics.median(t["first"]), statistics.median(t["sparse"])
     tot_a, tot_b = sum(t["first"]), sum(t["sparse"])
@@ -52,15 +52,15 @@ for name in sys.argv[2:] or ("mlp", "bert"):
         g.calls = 5000
         t0 = time.perf_counter()
         for _ in range(2000):
-            g._due(args)
+            g._due(flat)
         due = (time.perf_counter() - t0) / 2000
         t0 = time.perf_counter()
         for _ in range(5):
-            verify.check_call(ir, g.fn, args)
+            verify.check_call(ir, g.fn, flat)
         chk = (time.perf_counter() - t0) / 5
         t0 = time.perf_counter()
         for _ in range(200):
-            g.fn(*args)
+            g.fn(*flat)
         call = (time.perf_counter() - t0) / 200
     print(
         f"  by parts: call {call * 1e6:.1f} us, bookkeeping {due * 1e6:.2f} us/call, one check {chk * 1e3:.2f} ms "
