@@ -31,7 +31,7 @@ from .guard import Guard
 from .placement import build_placement
 from .shapes import SymbolicChooser, describe_range, size_range, symbol_values
 from .split import Plan, build_split, try_split
-from .tuner import Decision, Measurement, choose, measure
+from .tuner import Decision, Measurement, TrialTimeout, choose, measure, within_deadline
 
 
 def _signature(args: Sequence[Any], keyed: Sequence[int]) -> tuple:
@@ -98,6 +98,11 @@ class GraphRunner:
             raise box["error"]
         return box["fn"]
 
+    @property
+    def _deadline(self) -> float:
+        """Seconds a candidate's compile and first checked calls may take (tuner.within_deadline)."""
+        return float(self.config.get("trial_deadline") or settings.TRIAL_DEADLINE.get())
+
     # ------------------------------------------------------------------------------------------
     def _candidates(self, args: Sequence[Any]) -> list:
         device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
@@ -155,7 +160,7 @@ class GraphRunner:
                 mode=config.mode,
                 options=config.options_for,
                 isolation=config.get("isolate") or settings.ISOLATE.get(),
-                deadline=float(config.get("trial_deadline") or settings.TRIAL_DEADLINE.get()),
+                deadline=self._deadline,
             )
             demotions += [Measurement(name, math.inf, False, why) for name, why in unsafe]
         registry = get_registry()
@@ -192,6 +197,7 @@ class GraphRunner:
                         time_budget=float(config.get("autotune_budget")),
                         timed=config.auto,
                         progress=bar,
+                        deadline=self._deadline,
                     )
                     if checked
                     else self._unverified(ir, built, args)
@@ -212,6 +218,7 @@ class GraphRunner:
                     mode=config.mode,
                     options=config.options_for,
                     time_budget=float(config.get("autotune_budget")),
+                    deadline=self._deadline,
                 )
                 results = list(results) + ([split] if split is not None else [])
             for m in results:
@@ -332,7 +339,9 @@ class GraphRunner:
         winner = next((b for b in candidates if b.name == name), None)
         if winner is None:
             return None
-        chosen = measure(ir, [winner], args, mode=self.config.mode, options=self.config.options_for, timed=False)[0]
+        chosen = measure(
+            ir, [winner], args, mode=self.config.mode, options=self.config.options_for, timed=False, deadline=self._deadline
+        )[0]
         return (
             Decision(chosen, [chosen] + [m for m in self.decisions[sig].measurements if m.backend != name])
             if chosen.ok
@@ -364,7 +373,10 @@ class GraphRunner:
         else:
             winner = next((b for b in candidates if b.name == record.get("backend")), None)
             chosen = (
-                winner and measure(ir, [winner], args, mode=config.mode, options=config.options_for, timed=False)[0]
+                winner
+                and measure(
+                    ir, [winner], args, mode=config.mode, options=config.options_for, timed=False, deadline=self._deadline
+                )[0]
             )
         if chosen is None or not chosen.ok:
             return None
@@ -396,7 +408,7 @@ class GraphRunner:
         plan = Plan.from_record(record)
         try:
             placement = plan and build_split(
-                ir, plan, candidates, args, mode=self.config.mode, options=self.config.options_for
+                ir, plan, candidates, args, mode=self.config.mode, options=self.config.options_for, deadline=self._deadline
             )
             if not placement or verify.check_call(ir, placement.fn, args, twice=True)[1]:
                 return None
@@ -408,8 +420,13 @@ class GraphRunner:
         out = []
         for b in candidates:
             try:
-                p = build_placement(ir, b, args, mode=self.config.mode, options=self.config.options_for(b.name))
+                p = within_deadline(
+                    lambda b=b: build_placement(ir, b, args, mode=self.config.mode, options=self.config.options_for(b.name)),
+                    self._deadline,
+                )
                 out.append(Measurement(b.name, math.nan, True, placement=p))
+            except TrialTimeout:
+                out.append(Measurement(b.name, math.inf, False, f"timed out after {self._deadline:g} s (compile)"))
             except Exception as e:
                 out.append(Measurement(b.name, math.inf, False, f"compile failed: {type(e).__name__}: {e}"))
         return out

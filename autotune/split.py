@@ -41,6 +41,7 @@ from ..core.compare import mismatch
 from ..core.ir import GraphIR
 from .placement import Placement, _Region, _region_inputs
 from .tuner import SCREEN_FACTOR, Measurement, choose, measure, short_error, time_rounds
+from .verify import clone_inputs
 
 
 @dataclass
@@ -198,6 +199,7 @@ def place_segments(
     mode: str | None,
     options: Callable[[str], dict[str, Any]],
     time_budget: float,
+    deadline: float | None = None,
 ) -> tuple[Plan, list[Segment]] | None:
     """Cut ``ir`` into up to ``segments`` pieces and measure every backend on each (compiled, checked
     against the piece's reference, timed). Returns the plan of each piece's winner, merged, or ``None``
@@ -205,10 +207,19 @@ def place_segments(
     cuts = cut_points(ir, segments)
     if not cuts:
         return None
-    _, pieces = split(ir, cuts, args)
+    _, pieces = split(ir, cuts, clone_inputs(args, ir.input_kinds))  # trials never touch the user's tensors
     done = [
         Segment(
-            p.ir, measure(p.ir, backends, p.args, mode=mode, options=options, time_budget=time_budget / len(pieces))
+            p.ir,
+            measure(
+                p.ir,
+                backends,
+                p.args,
+                mode=mode,
+                options=options,
+                time_budget=time_budget / len(pieces),
+                deadline=deadline,
+            ),
         )
         for p in pieces
     ]
@@ -234,6 +245,7 @@ def build_split(
     *,
     mode: str | None,
     options: Callable[[str], dict[str, Any]],
+    deadline: float | None = None,
 ) -> Placement | None:
     """Compile ``ir`` cut as ``plan`` says, each piece on its backend (each piece checked against its
     own reference on the way). ``None`` when a piece's backend is not among ``backends`` or fails."""
@@ -241,10 +253,12 @@ def build_split(
     by_name = {b.name: b for b in backends}
     if any(name not in by_name for name in plan.backends) or any(c >= len(ir.op_nodes) - 1 for c in plan.cuts):
         return None
-    parent, pieces = split(ir, plan.cuts, args)
+    parent, pieces = split(ir, plan.cuts, clone_inputs(args, ir.input_kinds))  # never on the user's tensors
     placements: list[Placement] = []
     for piece, name in zip(pieces, plan.backends):
-        result = measure(piece.ir, [by_name[name]], piece.args, mode=mode, options=options, timed=False)[0]
+        result = measure(
+            piece.ir, [by_name[name]], piece.args, mode=mode, options=options, timed=False, deadline=deadline
+        )[0]
         if not result.ok or result.placement is None:
             return None
         placements.append(result.placement)
@@ -284,6 +298,7 @@ def try_split(
     mode: str | None,
     options: Callable[[str], dict[str, Any]],
     time_budget: float,
+    deadline: float | None = None,
 ) -> Measurement | None:
     """The split candidate for ``ir``, checked against the whole graph's reference and timed head to head
     with the best whole-graph candidate in ``results`` (whose figure is left as it was), or
@@ -295,11 +310,19 @@ def try_split(
     if len(pool) < 2 or best is None or best.placement is None:
         return None
     t0 = time.perf_counter()
+    args = clone_inputs(args, ir.input_kinds)  # the split's trials and timing never touch the user's tensors
     try:
         placed = place_segments(
-            ir, pool, args, segments=segments, mode=mode, options=options, time_budget=time_budget / 2
+            ir,
+            pool,
+            args,
+            segments=segments,
+            mode=mode,
+            options=options,
+            time_budget=time_budget / 2,
+            deadline=deadline,
         )
-        placement = placed and build_split(ir, placed[0], pool, args, mode=mode, options=options)
+        placement = placed and build_split(ir, placed[0], pool, args, mode=mode, options=options, deadline=deadline)
     except Exception as e:  # splitting itself failed (an fx pass on an unusual graph): not a candidate
         return Measurement("split", math.inf, False, f"split failed: {short_error(e)}", time.perf_counter() - t0)
     if not placement:
@@ -307,7 +330,7 @@ def try_split(
     placement.compile_seconds = time.perf_counter() - t0
     m = Measurement(placement.backend, math.inf, False, "", placement.compile_seconds, placement)
     try:
-        wrong = mismatch(placement.fn(*args), ir.run_reference(*args))
+        wrong = mismatch(placement.fn(*clone_inputs(args, ir.input_kinds)), ir.run_reference(*args))
     except Exception as e:
         m.reason = f"crashed: {short_error(e)}"
         return m

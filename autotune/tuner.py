@@ -21,6 +21,13 @@ For one graph and the real inputs of its first call:
 A candidate that fails to compile, crashes or answers wrong gets an infinite cost and a recorded
 reason (Triton's autotuner treats failures the same way). It never reaches the user: eager is always a
 candidate, and it is the reference's own ops.
+
+A candidate's compile and first two (checked) calls run in a worker thread given ``trial_deadline``
+seconds (``options={"trial_deadline": S}`` or ``TORCHMUX_TRIAL_DEADLINE``, default 300): past it the
+candidate fails as "timed out after S s" and the thread is abandoned (:func:`within_deadline`). This
+covers every candidate, isolated in a child first or not (isolate.py). A call that hangs *later* --
+while timed, or once chosen, in the :class:`~torchmux.autotune.guard.Guard` that runs the user's calls --
+is not covered: that call is the user's own, made in the user's thread.
 """
 
 from __future__ import annotations
@@ -28,18 +35,22 @@ from __future__ import annotations
 import math
 import random
 import statistics
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
+from ..core import settings
 from ..core.backend import ESTIMATE_SKIP_FACTOR, Backend, CompileRequest
 from ..core.ir import GraphIR
 from .placement import Placement, build_placement
 from .verify import check_call, clone_inputs
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -105,11 +116,15 @@ def measure(
     max_rounds: int = 25,
     timed: bool = True,
     progress: Callable[[str, str], None] | None = None,
+    deadline: float | None = None,
 ) -> list[Measurement]:
     """Compile, check and (if ``timed``) time every backend on ``args``. Never raises for a backend's fault.
-    ``progress(candidate, "compile" | "time")`` is called as each step starts (autotune/progress.py)."""
+    ``progress(candidate, "compile" | "time")`` is called as each step starts (autotune/progress.py).
+    ``deadline``: seconds a candidate's compile and first checked calls may take (default
+    ``TORCHMUX_TRIAL_DEADLINE``); see :func:`within_deadline`."""
     args = clone_inputs(args, ir.input_kinds)  # trials never touch the user's tensors
     reference = ir.run_reference(*clone_inputs(args, ir.input_kinds))
+    limit = settings.TRIAL_DEADLINE.get() if deadline is None else deadline
     results: list[Measurement] = skipped_by_estimate(ir, backends, args, mode, options)
     live: list[tuple[Measurement, Callable[..., Any]]] = []
     for backend in backends:
@@ -117,31 +132,13 @@ def measure(
             progress(backend.name, "compile")
         if any(m.backend == backend.name for m in results):
             continue
-        t0 = time.perf_counter()
-        try:
-            placement = build_placement(ir, backend, args, mode=mode, options=options(backend.name))
-        except Exception as e:
-            results.append(
-                Measurement(
-                    backend.name, math.inf, False, f"compile failed: {short_error(e)}", time.perf_counter() - t0
-                )
-            )
-            continue
-        m = Measurement(backend.name, math.inf, False, "", placement.compile_seconds, placement)
+        try:  # a compile or first call that never returns costs the deadline, not the program
+            m = within_deadline(lambda b=backend: _trial(ir, b, args, reference, mode, options(b.name)), limit)
+        except TrialTimeout:
+            m = Measurement(backend.name, math.inf, False, f"timed out after {limit:g} s (compile and first checked calls)")
         results.append(m)
-        try:  # on copies of the user's inputs, twice (verify.py: inputs and reused buffers are part of the answer)
-            t1 = time.perf_counter()
-            _, wrong = check_call(ir, placement.fn, args, twice=True, reference=reference)
-            first = time.perf_counter() - t1  # also the warm-up
-        except Exception as e:
-            m.reason = f"crashed: {short_error(e)}"
-            continue
-        if wrong:
-            m.reason = wrong
-            continue
-        m.ok = True
-        m.seconds = first
-        live.append((m, placement.fn))
+        if m.ok and m.placement is not None:
+            live.append((m, m.placement.fn))
 
     if timed and len(live) > 1:
         for m, _ in live:
@@ -149,6 +146,67 @@ def measure(
                 progress(m.backend, "time")
         time_rounds(live, args, time_budget, max_rounds)
     return results
+
+
+def _trial(
+    ir: GraphIR,
+    backend: Backend,
+    args: Sequence[Any],
+    reference: Sequence[Any],
+    mode: str | None,
+    options: dict[str, Any],
+) -> Measurement:
+    """Compile ``backend`` on ``ir`` and check its first two calls against ``reference``."""
+    t0 = time.perf_counter()
+    try:
+        placement = build_placement(ir, backend, args, mode=mode, options=options)
+    except Exception as e:
+        return Measurement(backend.name, math.inf, False, f"compile failed: {short_error(e)}", time.perf_counter() - t0)
+    m = Measurement(backend.name, math.inf, False, "", placement.compile_seconds, placement)
+    try:  # on copies of the user's inputs, twice (verify.py: inputs and reused buffers are part of the answer)
+        t1 = time.perf_counter()
+        _, wrong = check_call(ir, placement.fn, args, twice=True, reference=reference)
+        first = time.perf_counter() - t1  # also the warm-up
+    except Exception as e:
+        m.reason = f"crashed: {short_error(e)}"
+        return m
+    if wrong:
+        m.reason = wrong
+        return m
+    m.ok, m.seconds = True, first
+    return m
+
+
+class TrialTimeout(Exception):
+    """A trial ran past its deadline (:func:`within_deadline`)."""
+
+
+def within_deadline(work: Callable[[], T], seconds: float) -> T:
+    """``work()``, run in a daemon thread that is waited for at most ``seconds``; raises TrialTimeout after that.
+
+    Python cannot stop a thread: a trial past its deadline is abandoned, still running (or blocked)
+    in the background until the process exits, and whatever it holds (memory, a lock inside the
+    backend) stays held. It runs on copies of the user's inputs, so it never writes to theirs.
+    The thread gets the caller's grad mode (thread-local in torch); exceptions reach the caller.
+    """
+    box: dict[str, Any] = {}
+    grad = torch.is_grad_enabled()
+
+    def run() -> None:
+        try:
+            with torch.set_grad_enabled(grad):
+                box["value"] = work()
+        except BaseException as e:  # re-raised in the caller's thread
+            box["error"] = e
+
+    thread = threading.Thread(target=run, name="torchmux-trial", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise TrialTimeout(f"timed out after {seconds:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def skipped_by_estimate(
