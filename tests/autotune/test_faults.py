@@ -11,6 +11,7 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 import warnings
 
@@ -344,3 +345,49 @@ def test_naming_a_builtin_plugin_again_keeps_it():
         check=False,
     )
     assert out.stdout.strip() == "True", out.stderr[-2000:]
+
+
+class _HangsInCompileHere(faulty_backends._Fault):
+    name = "fault_hang_compile_here"  # defined here, registered as an object: no child can rebuild it
+
+    def compile(self, request):
+        threading.Event().wait()  # forever
+
+
+class _HangsInCallHere(faulty_backends._Fault):
+    name = "fault_hang_call_here"
+
+    def fault(self, out, args, call):
+        threading.Event().wait()
+
+
+class _RunTimePlugin:
+    @staticmethod
+    @torchmux.hookimpl
+    def torchmux_add_backends():
+        return [_HangsInCompileHere(), _HangsInCallHere()]
+
+
+_RUN_TIME_PLUGIN = _RunTimePlugin()
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "fault_hang_compile_here",
+        "fault_hang_call_here",
+        ["fault_hang_compile_here", "eager"],  # auto: an object registered at run time is not isolated
+    ],
+)
+def test_a_hang_outside_a_child_costs_the_deadline_not_the_program(backend, monkeypatch):
+    monkeypatch.setenv("TORCHMUX_VERBOSE", "1")  # auto names its failed candidates only when verbose
+    if "fault_hang_call_here" not in get_registry().names:
+        torchmux.register_plugin(_RUN_TIME_PLUGIN, "run_time_plugin")
+    t0 = time.monotonic()
+    outs, warned = run_calls(backend, [x_(0), x_(1)], trial_deadline=2)
+    assert time.monotonic() - t0 < 30  # two seconds of deadline, plus eager's compile on a loaded machine
+    assert_eager(outs, [x_(0), x_(1)])
+    name = backend if isinstance(backend, str) else backend[0]
+    assert len(warned) == 1 and f"{name} timed out after 2 s" in str(warned[0].message)
+    stuck = [t for t in threading.enumerate() if t.name == "torchmux-trial"]
+    assert stuck and all(t.daemon for t in stuck)  # abandoned, never joined: exiting is not blocked

@@ -177,3 +177,34 @@ def test_no_cut_falls_between_a_multi_output_op_and_its_getitems():
         assert all(pos[u] <= c for j in multi if j <= c for u in ir.op_nodes[j].users), c
     parent, pieces = split(ir, cuts, a)
     torch.testing.assert_close(parent(*a)[0], norms(*a))
+
+
+class SlowPointwiseMutatesLate(SlowPointwise):
+    """SlowPointwise (the winner of the first piece, which reads the user's ``x``) that adds 1 to its first input from its third call on: past the two checked calls,
+    so the split's own check and timing runs are what would reach the user's tensor."""
+
+    name = "slow_pointwise_mutates_late"
+
+    def compile(self, request):
+        run, calls = super().compile(request), [0]
+
+        def mutating(*a):
+            out = run(*a)
+            calls[0] += 1
+            if calls[0] >= 3:
+                a[0].add_(1)
+            return out
+
+        return mutating
+
+
+def test_split_trials_never_touch_the_users_tensors():
+    ir = trace(matmuls_then_pointwise, mp_args(), name="mp_mutates")
+    a = mp_args()
+    kept = [t.clone() for t in a]
+    backends = [SlowMatmul(), SlowPointwiseMutatesLate()]
+    whole = measure(ir, backends, a, time_budget=0.05)
+    m = try_split(ir, whole, backends, a, segments=2, mode=None, options=lambda n: {}, time_budget=0.1)
+    assert m is not None and m.backend == "split(slow_pointwise_mutates_late,slow_matmul)"
+    for t, k in zip(a, kept):
+        torch.testing.assert_close(t, k, rtol=0, atol=0)
