@@ -19,6 +19,13 @@ passed as ``backend=`` rather than registered from a module) is run in-process, 
 
 The deadline (``options={"trial_deadline": S}`` or ``TORCHMUX_TRIAL_DEADLINE``, default 300 s) covers
 the compile and the two calls; the child's own start (importing torch) has its own generous limit.
+A child past it is killed. A candidate that is *not* isolated (a built-in by default, a named
+backend, an object registered at run time) gets the same deadline in-process
+(:func:`torchmux.autotune.tuner.within_deadline`): its compile and two checked calls run in a daemon
+thread, and past the deadline the candidate fails as "timed out after S s" and that thread is
+abandoned -- Python cannot kill a thread, so it stays blocked, holding what it holds, until the process
+exits. Neither covers a hang in a later call (timing, or a user's call through the Guard): that call
+is the user's own.
 """
 
 from __future__ import annotations

@@ -17,6 +17,10 @@ step, kept cheap enough to run at compile time:
    and timed against the best single backend, in the same rounds. It wins only if it is faster; the
    boundaries between backends cost a call each and a lost fusion, and the measurement decides.
 
+Every trial (the cut's own run of the graph, each piece's checks and timing, the stitched
+callable's check and timing) runs on copies of the user's inputs, and each piece's compile and first
+calls under the trial deadline, as in tuner.py.
+
 Only backends that came within the tuner's screening factor of the best on the whole graph compete
 for segments: a backend 20x slower on the whole graph does not win a quarter of it, and compiling it
 again per segment would only add compile time.

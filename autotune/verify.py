@@ -26,6 +26,10 @@ is compared as random: shapes, dtypes and finiteness, never values (the generato
 disk, see :func:`remember_demotion`), the call is answered by the reference (mismatch) or by the next
 correct candidate (exception; eager at worst), and one :class:`TorchmuxFallbackWarning` names the
 backend, the graph and the reason.
+
+**Hangs**: the first two checked calls (and the compile) of every candidate run under the trial
+deadline (tuner.py ``within_deadline``, isolate.py); a later check runs inside the user's own call
+(guard.py) and has no deadline: a backend that hangs there hangs that call.
 """
 
 from __future__ import annotations
