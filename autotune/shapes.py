@@ -111,6 +111,7 @@ class SymbolicChooser:
         self.config = config
         self.compiled: dict[str, Any] = {}  # backend name -> Placement of the symbolic graph
         self.failed: dict[str, str] = {}  # backend name -> why it cannot run this graph
+        self.hung: dict[str, str] = {}  # backend name -> its trial ran past the deadline: never tried again
         self.specialized: dict[str, int] = {}  # backend name -> how many signatures it was specialized for
         self.ranges: dict[tuple, Any] = {}  # size range -> (Decision, fallback fn for other sizes of the range)
         self.compiles: dict[str, int] = {}  # backend name -> compiles made for this graph (for reports and tests)
@@ -175,11 +176,15 @@ class SymbolicChooser:
         import math
         import time
 
+        from ..core import settings
         from ..core.compare import mismatch
         from . import decisions as cache
-        from .tuner import Decision, Measurement, choose, short_error, time_rounds
+        from .tuner import Decision, Measurement, TrialTimeout, choose, short_error, time_rounds, within_deadline
+        from .verify import clone_inputs
 
         config = self.config
+        user_args, args = args, clone_inputs(args, self.ir.input_kinds)  # trials never touch the user's tensors
+        deadline = float(config.get("trial_deadline") or settings.TRIAL_DEADLINE.get())
         if any(takes_symbolic(b) for b in candidates) and config.auto:
             candidates = [b for b in candidates if takes_symbolic(b)]  # see the module docstring
         remembered = (
@@ -194,9 +199,21 @@ class SymbolicChooser:
         live = []
         own: dict[str, bool] = {}
         for b in candidates:
+            if b.name in self.hung:
+                results.append(Measurement(b.name, math.inf, False, self.hung[b.name]))
+                continue
             symbolic = takes_symbolic(b) and b.name not in self.failed
-            try:
-                placement = self._symbolic_placement(b, args) if symbolic else self._static_placement(b, args)
+            try:  # compile and first call under the trial deadline, as in tuner.measure
+                placement = within_deadline(
+                    lambda b=b, symbolic=symbolic: (
+                        self._symbolic_placement(b, args) if symbolic else self._static_placement(b, args)
+                    ),
+                    deadline,
+                )
+            except TrialTimeout:
+                self.hung[b.name] = f"timed out after {deadline:g} s (compile)"
+                results.append(Measurement(b.name, math.inf, False, self.hung[b.name]))
+                continue
             except Exception as e:
                 reason = (self.failed.get(b.name) if symbolic else None) or short_error(e)
                 if symbolic and not config.auto:  # it cannot take this symbolic graph: specialize it instead
@@ -215,8 +232,11 @@ class SymbolicChooser:
             results.append(m)
             try:
                 t0 = time.perf_counter()
-                out = placement.fn(*args)
+                out = within_deadline(lambda fn=placement.fn: fn(*clone_inputs(args, self.ir.input_kinds)), deadline)
                 first = time.perf_counter() - t0
+            except TrialTimeout:
+                self.hung[b.name] = m.reason = f"timed out after {deadline:g} s (first call)"
+                continue
             except Exception as e:
                 m.reason = f"crashed: {short_error(e)}"
                 continue
@@ -261,5 +281,5 @@ class SymbolicChooser:
         if own.get(best.backend):
             from .runner import _signature
 
-            own_sig = _signature(args, [i for i, k in enumerate(self.ir.input_kinds) if k == "input"])
+            own_sig = _signature(user_args, [i for i, k in enumerate(self.ir.input_kinds) if k == "input"])
         return decision, best_symbolic and best_symbolic.placement.fn, own_sig  # type: ignore[union-attr]

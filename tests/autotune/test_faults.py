@@ -379,8 +379,9 @@ _RUN_TIME_PLUGIN = _RunTimePlugin()
         ["fault_hang_compile_here", "eager"],  # auto: an object registered at run time is not isolated
     ],
 )
-def test_a_hang_outside_a_child_costs_the_deadline_not_the_program(backend, monkeypatch):
+def test_a_hang_outside_a_child_costs_the_deadline_not_the_program(backend, monkeypatch, tmp_path):
     monkeypatch.setenv("TORCHMUX_VERBOSE", "1")  # auto names its failed candidates only when verbose
+    monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path))  # measured now, not a decision remembered
     if "fault_hang_call_here" not in get_registry().names:
         torchmux.register_plugin(_RUN_TIME_PLUGIN, "run_time_plugin")
     t0 = time.monotonic()
@@ -391,3 +392,20 @@ def test_a_hang_outside_a_child_costs_the_deadline_not_the_program(backend, monk
     assert len(warned) == 1 and f"{name} timed out after 2 s" in str(warned[0].message)
     stuck = [t for t in threading.enumerate() if t.name == "torchmux-trial"]
     assert stuck and all(t.daemon for t in stuck)  # abandoned, never joined: exiting is not blocked
+
+
+def test_a_hang_on_a_symbolic_graph_costs_the_deadline_once():
+    if "fault_hang_call_here" not in get_registry().names:
+        torchmux.register_plugin(_RUN_TIME_PLUGIN, "run_time_plugin")
+    compiled = torchmux.compile(f, backend="fault_hang_compile_here", dynamic=True, options={"trial_deadline": 2})
+    inputs = [torch.randn(n, 8, generator=torch.Generator().manual_seed(n)) for n in (3, 5, 300)]
+    stuck_before = sum(t.name == "torchmux-trial" for t in threading.enumerate())
+    t0 = time.monotonic()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outs = [compiled(x) for x in inputs]
+    assert time.monotonic() - t0 < 30
+    assert_eager(outs, inputs)
+    warned = [str(w.message) for w in caught if issubclass(w.category, TorchmuxFallbackWarning)]
+    assert warned and all("timed out after 2 s" in w for w in warned)
+    assert sum(t.name == "torchmux-trial" for t in threading.enumerate()) == stuck_before + 1  # never tried again
