@@ -14,6 +14,7 @@ import threading
 import time
 import warnings
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -420,10 +421,8 @@ class GraphRunner:
         out = []
         for b in candidates:
             try:
-                p = within_deadline(
-                    lambda b=b: build_placement(ir, b, args, mode=self.config.mode, options=self.config.options_for(b.name)),
-                    self._deadline,
-                )
+                build = partial(build_placement, ir, b, args, mode=self.config.mode, options=self.config.options_for(b.name))
+                p = within_deadline(build, self._deadline)
                 out.append(Measurement(b.name, math.nan, True, placement=p))
             except TrialTimeout:
                 out.append(Measurement(b.name, math.inf, False, f"timed out after {self._deadline:g} s (compile)"))

@@ -175,6 +175,7 @@ class SymbolicChooser:
     def _tune(self, key: tuple, args: Sequence[Any], candidates: Sequence[Any]) -> tuple[Any, Any, Any]:
         import math
         import time
+        from functools import partial
 
         from ..core import settings
         from ..core.compare import mismatch
@@ -204,12 +205,8 @@ class SymbolicChooser:
                 continue
             symbolic = takes_symbolic(b) and b.name not in self.failed
             try:  # compile and first call under the trial deadline, as in tuner.measure
-                placement = within_deadline(
-                    lambda b=b, symbolic=symbolic: (
-                        self._symbolic_placement(b, args) if symbolic else self._static_placement(b, args)
-                    ),
-                    deadline,
-                )
+                build = self._symbolic_placement if symbolic else self._static_placement
+                placement = within_deadline(partial(build, b, args), deadline)
             except TrialTimeout:
                 self.hung[b.name] = f"timed out after {deadline:g} s (compile)"
                 results.append(Measurement(b.name, math.inf, False, self.hung[b.name]))
@@ -232,7 +229,7 @@ class SymbolicChooser:
             results.append(m)
             try:
                 t0 = time.perf_counter()
-                out = within_deadline(lambda fn=placement.fn: fn(*clone_inputs(args, self.ir.input_kinds)), deadline)
+                out = within_deadline(partial(placement.fn, *clone_inputs(args, self.ir.input_kinds)), deadline)
                 first = time.perf_counter() - t0
             except TrialTimeout:
                 self.hung[b.name] = m.reason = f"timed out after {deadline:g} s (first call)"

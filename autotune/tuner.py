@@ -40,6 +40,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 import torch
@@ -133,7 +134,7 @@ def measure(
         if any(m.backend == backend.name for m in results):
             continue
         try:  # a compile or first call that never returns costs the deadline, not the program
-            m = within_deadline(lambda b=backend: _trial(ir, b, args, reference, mode, options(b.name)), limit)
+            m = within_deadline(partial(_trial, ir, backend, args, reference, mode, options(backend.name)), limit)
         except TrialTimeout:
             m = Measurement(backend.name, math.inf, False, f"timed out after {limit:g} s (compile and first checked calls)")
         results.append(m)
