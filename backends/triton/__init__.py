@@ -23,7 +23,7 @@ import torch
 import torch.fx as fx
 
 from torchmux import extend
-from torchmux.extend import load_claims, module_present, package_version, version_tuple
+from torchmux.extend import load_claims, load_nonfinite_unsafe, module_present, package_version, version_tuple
 
 from .fusion import HANDLED_OPS, op_key
 
@@ -53,6 +53,7 @@ class TritonBackend(extend.Backend):
     # --dtype float32 --dtype float16 --dtype bfloat16 --write ...`); supports() also asks the code
     # generator's own table (fusion.HANDLED_OPS)
     claims = load_claims(Path(__file__).with_name("claims.json"))
+    nonfinite_unsafe = load_nonfinite_unsafe(Path(__file__).with_name("claims.json"))
     contract_version = extend.CONTRACT_VERSION
     options_schema = OPTIONS
 
