@@ -341,7 +341,13 @@ class GraphRunner:
         if winner is None:
             return None
         chosen = measure(
-            ir, [winner], args, mode=self.config.mode, options=self.config.options_for, timed=False, deadline=self._deadline
+            ir,
+            [winner],
+            args,
+            mode=self.config.mode,
+            options=self.config.options_for,
+            timed=False,
+            deadline=self._deadline,
         )[0]
         return (
             Decision(chosen, [chosen] + [m for m in self.decisions[sig].measurements if m.backend != name])
@@ -376,7 +382,13 @@ class GraphRunner:
             chosen = (
                 winner
                 and measure(
-                    ir, [winner], args, mode=config.mode, options=config.options_for, timed=False, deadline=self._deadline
+                    ir,
+                    [winner],
+                    args,
+                    mode=config.mode,
+                    options=config.options_for,
+                    timed=False,
+                    deadline=self._deadline,
                 )[0]
             )
         if chosen is None or not chosen.ok:
@@ -409,7 +421,13 @@ class GraphRunner:
         plan = Plan.from_record(record)
         try:
             placement = plan and build_split(
-                ir, plan, candidates, args, mode=self.config.mode, options=self.config.options_for, deadline=self._deadline
+                ir,
+                plan,
+                candidates,
+                args,
+                mode=self.config.mode,
+                options=self.config.options_for,
+                deadline=self._deadline,
             )
             if not placement or verify.check_call(ir, placement.fn, args, twice=True)[1]:
                 return None
@@ -421,7 +439,9 @@ class GraphRunner:
         out = []
         for b in candidates:
             try:
-                build = partial(build_placement, ir, b, args, mode=self.config.mode, options=self.config.options_for(b.name))
+                build = partial(
+                    build_placement, ir, b, args, mode=self.config.mode, options=self.config.options_for(b.name)
+                )
                 p = within_deadline(build, self._deadline)
                 out.append(Measurement(b.name, math.nan, True, placement=p))
             except TrialTimeout:

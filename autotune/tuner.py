@@ -136,7 +136,9 @@ def measure(
         try:  # a compile or first call that never returns costs the deadline, not the program
             m = within_deadline(partial(_trial, ir, backend, args, reference, mode, options(backend.name)), limit)
         except TrialTimeout:
-            m = Measurement(backend.name, math.inf, False, f"timed out after {limit:g} s (compile and first checked calls)")
+            m = Measurement(
+                backend.name, math.inf, False, f"timed out after {limit:g} s (compile and first checked calls)"
+            )
         results.append(m)
         if m.ok and m.placement is not None:
             live.append((m, m.placement.fn))

@@ -33,7 +33,8 @@ OWN_OPTIONS: dict[str, tuple[type, Any, str]] = {
     "trial_deadline": (
         float,
         None,
-        "seconds an isolated trial's compile and calls may take (default: TORCHMUX_TRIAL_DEADLINE)",
+        "seconds a candidate's trial (compile and first two checked calls, child process or worker thread) may "
+        "take (default: TORCHMUX_TRIAL_DEADLINE)",
     ),
     "freeze": (
         bool,

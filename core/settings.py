@@ -142,7 +142,8 @@ TRIAL_DEADLINE = _define(
     "TORCHMUX_TRIAL_DEADLINE",
     300.0,
     float,
-    "Seconds an isolated trial's compile and first calls may take before the candidate fails as 'timed out'.",
+    "Seconds a candidate's trial (its compile and first two checked calls, in a child process or a worker "
+    "thread) may take before it fails as 'timed out' and the next candidate (eager at worst) is used.",
 )
 KEY_FILE = _define(
     "TORCHMUX_KEY_FILE",
