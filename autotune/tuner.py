@@ -16,7 +16,8 @@ For one graph and the real inputs of its first call:
    and cache effects hit them alike). A sample is a burst of back-to-back calls after one untimed
    call, the way the graph runs in a model called in a loop: with one call per sample, each
    candidate would be timed on caches the previous one had just emptied. Take medians;
-6. choose the fastest correct candidate.
+6. choose the fastest correct candidate; medians within :data:`TIE` of the fastest are a tie, broken
+   by :func:`choose` (fewer ops left to eager, then the steadier latency).
 
 A candidate that fails to compile, crashes or answers wrong gets an infinite cost and a recorded
 reason (Triton's autotuner treats failures the same way). It never reaches the user: eager is always a
@@ -288,6 +289,33 @@ def time_rounds(
         m.seconds = statistics.median(m.samples) if m.ok and m.samples else math.inf
 
 
+#: medians this close to the fastest (relative) are a tie: this machine's noise between rounds is larger
+TIE = 0.03
+
+
 def choose(results: Sequence[Measurement]) -> Measurement | None:
+    """The fastest correct candidate, or None if none is correct.
+
+    Candidates whose median lies within :data:`TIE` of the fastest one's are a tie, and the tie goes to
+    (1) the one that leaves fewer ops to eager between its regions (less work outside the backend and
+    less Python per call: what a noisy timing cannot see), then (2) the steadier one (smaller spread of
+    its samples, q3 - q1 over the median), then (3) the faster median. Untimed candidates (a named
+    backend, a remembered winner: median NaN) are taken in order.
+    """
     ok = [m for m in results if m.ok]
-    return min(ok, key=lambda m: m.seconds) if ok else None
+    if not ok:
+        return None
+    timed = [m for m in ok if math.isfinite(m.seconds)]
+    if not timed:
+        return ok[0]
+    fastest = min(m.seconds for m in timed)
+    tied = [m for m in timed if m.seconds <= fastest * (1 + TIE)]
+    return min(tied, key=lambda m: (m.placement.ops_eager if m.placement else 0, _spread(m), m.seconds))
+
+
+def _spread(m: Measurement) -> float:
+    """q3 - q1 of the samples over their median (0 with fewer than 4 samples)."""
+    if len(m.samples) < 4 or not m.seconds > 0:
+        return 0.0
+    q = statistics.quantiles(m.samples, n=4)
+    return (q[2] - q[0]) / m.seconds

@@ -9,7 +9,7 @@ import torch
 import torchmux
 from torchmux.autotune.placement import build_placement
 from torchmux.autotune.runner import GraphRunner
-from torchmux.autotune.tuner import choose, measure
+from torchmux.autotune.tuner import Measurement, choose, measure
 from torchmux.core.config import resolve
 from torchmux.core.ir import GraphIR
 from torchmux.core.registry import get_registry
@@ -151,3 +151,27 @@ def test_float64_graphs_run_on_eager_and_auto() -> None:
     for backend in ("eager", "auto"):
         runner = GraphRunner(ir, resolve(backend, None, None))
         torch.testing.assert_close(runner(x)[0], f(x))
+
+
+def test_a_tie_goes_to_fewer_eager_ops_then_the_steadier_candidate():
+    """choose(): medians within TIE of the fastest are a tie; fewer ops left to eager wins it, then the
+    smaller spread; outside the tie the faster median wins whatever its eager ops."""
+    from torchmux.autotune.placement import Placement
+    from torchmux.autotune.tuner import TIE
+
+    def m(name: str, seconds: float, eager_ops: int, samples: list[float]) -> Measurement:
+        p = Placement(
+            name, lambda *a: a, ops_on_backend=10 - eager_ops, ops_eager=eager_ops, regions=1, compile_seconds=0.0
+        )
+        return Measurement(name, seconds, True, placement=p, samples=samples)
+
+    steady = [1.0e-3] * 8
+    noisy = [0.8e-3, 0.9e-3, 1.0e-3, 1.1e-3, 1.2e-3, 1.3e-3, 0.7e-3, 1.0e-3]
+    fast_but_eager = m("a", 1.00e-3, 3, steady)
+    slightly_slower_all_on_backend = m("b", 1.00e-3 * (1 + TIE / 2), 0, steady)
+    assert choose([fast_but_eager, slightly_slower_all_on_backend]).backend == "b"
+    same_eager_noisy = m("c", 0.99e-3, 0, noisy)
+    assert choose([same_eager_noisy, slightly_slower_all_on_backend]).backend == "b"  # steadier wins the tie
+    clearly_faster = m("d", 1.00e-3 * (1 - 3 * TIE), 5, noisy)
+    assert choose([clearly_faster, slightly_slower_all_on_backend, fast_but_eager]).backend == "d"
+    assert choose([Measurement("x", math.inf, False, "broke")]) is None
