@@ -202,6 +202,8 @@ class Walker:
 
         def nested_ok(self, s: ast.If, pure: Purity, bound: set[str]) -> bool: ...
 
+        def straight_body(self, body: list[ast.stmt], pure: Purity, bound: set[str]) -> bool: ...
+
 
 def rt_call(func: str, *args: ast.expr) -> ast.Call:
     return ast.Call(ast.Attribute(ast.Name(RT, ast.Load()), func, ast.Load()), list(args), [])

@@ -155,21 +155,27 @@ class BranchRules(Walker):
         if not maybe_tensor_test(s.test, self.ctx):
             return False
         inner = purity(exact_items(s.test), self.ctx, Purity())
-        for branch in (s.body, s.orelse):
-            b = set(bound)
-            for st in branch:
-                if isinstance(st, ast.Pass):
-                    continue
-                if isinstance(st, ast.Assign) and len(st.targets) == 1 and plain_target(st.targets[0]):
-                    purity(st.value, self.ctx, inner)
-                elif not (isinstance(st, ast.If) and self.nested_ok(st, inner, b)):
-                    return False
-                b |= names_stored([st])
+        if not all(self.straight_body(branch, inner, bound) for branch in (s.body, s.orelse)):
+            return False
         if not inner.ok or inner.random or inner.may_fail:
             return False
         if (names_stored(s.body) ^ names_stored(s.orelse)) - bound:
             return False
         pure.modules += inner.modules
+        return True
+
+    def straight_body(self, body: list[ast.stmt], pure: Purity, bound: set[str]) -> bool:
+        """Whether ``body`` only assigns to plain names (``pure`` collects what the values read) and holds
+        ifs that :meth:`nested_ok` lowers; ``bound`` (the names bound before it) is not changed."""
+        bound = set(bound)
+        for st in body:
+            if isinstance(st, ast.Pass):
+                continue
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and plain_target(st.targets[0]):
+                purity(st.value, self.ctx, pure)
+            elif not (isinstance(st, ast.If) and self.nested_ok(st, pure, bound)):
+                return False
+            bound |= names_stored([st])
         return True
 
     def lower(self, s: ast.If) -> list[ast.stmt]:

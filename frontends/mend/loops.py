@@ -125,15 +125,8 @@ class LoopRules(Walker):
     def loop_body(self, body: list[ast.stmt], pure: Purity, defined: set[str]) -> list[str] | None:
         """The names a loop body carries, if it only assigns side-effect-free values to names bound before
         the loop (or holds ifs that ``nested_ok`` lowers) and draws no random numbers; else None."""
-        bound = set(defined)
-        for st in body:
-            if isinstance(st, ast.Pass):
-                continue
-            if isinstance(st, ast.Assign) and len(st.targets) == 1 and plain_target(st.targets[0]):
-                purity(st.value, self.ctx, pure)
-            elif not (isinstance(st, ast.If) and self.nested_ok(st, pure, bound)):
-                return None
-            bound |= names_stored([st])
+        if not self.straight_body(body, pure, defined):
+            return None
         carried = sorted(names_stored(body))
         if not pure.ok or pure.random or pure.modules or not carried or not set(carried) <= defined:
             return None  # self.<module> calls are not checked inside a loop body: left alone
