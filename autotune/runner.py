@@ -12,7 +12,6 @@ import math
 import sys
 import threading
 import time
-import warnings
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
@@ -298,10 +297,10 @@ class GraphRunner:
         }
 
     def _rank0_failed(self, ir: GraphIR, args: Sequence[Any]) -> Decision:
-        warnings.warn(
+        warn_at(
             f"torchmux: rank 0's choice for graph {ir.name} fails on this rank; running it eagerly",
             TorchmuxFallbackWarning,
-            stacklevel=3,
+            self._where,
         )
         best = self._eager_fallback(ir, args)
         return Decision(best, [best])
@@ -315,12 +314,12 @@ class GraphRunner:
                 self._symbolic_eager = self._eager_fallback(self.ir, args)
             best = self._symbolic_eager
             decision, fn = Decision(best, list(failed) + [best]), best.placement.fn  # type: ignore[union-attr]
-            warnings.warn(
+            warn_at(
                 f"torchmux: graph {self.ir.name} at sizes {symbol_values(self.ir, args)}: no backend of "
                 f"{self.config.names} ran it ({'; '.join(f'{m.backend} {m.reason}' for m in failed if not m.ok) or 'none runs here'}). "
                 "Running it eagerly; a backend with dynamic_shapes (torchmux list) compiles it once for every size.",
                 TorchmuxFallbackWarning,
-                stacklevel=3,
+                self._where,
             )
         if settings.VERBOSE.get():
             key = describe_range(size_range(symbol_values(self.ir, args)))
