@@ -56,6 +56,9 @@ class TritonBackend(extend.Backend):
     nonfinite_unsafe = load_nonfinite_unsafe(Path(__file__).with_name("claims.json"))
     contract_version = extend.CONTRACT_VERSION
     options_schema = OPTIONS
+    # kernels take symbolic sizes as arguments (masks, grids and blocks from each call's sizes): one
+    # compile of a symbolic graph serves every size (runtime.py, "Symbolic graphs")
+    dynamic_shapes = True
 
     @property
     def devices(self) -> tuple[str, ...]:  # type: ignore[override]

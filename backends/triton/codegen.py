@@ -27,14 +27,26 @@ shapes are constants, strides arguments)::
 
 Values are computed in float32 whatever the storage dtype (reductions accumulate in float32); a value
 whose graph dtype is float16 or bfloat16 is rounded to it after each op, as eager rounds each op's
-result, so fused code gives eager's answer. Shapes are baked in as constants (one kernel per input
-signature); strides are arguments, so any layout of the same shape reuses the kernel.
+result, so fused code gives eager's answer. A static size is baked in as a constant; strides are
+arguments, so any layout of the same shape reuses the kernel.
+
+In a symbolic graph each symbol a kernel's sizes use is an argument too (``sym_s0``, written by
+fusion.size_code, never specialized by Triton on its value): the row count, the masks and the
+``i0 .. iN`` decomposition are computed from it, so one kernel serves every size. The block sizes are
+chosen at each call from the actual sizes (:func:`block_config`), the grid from those::
+
+    def tmx_softmax_..(in0, in0_s0, in0_s1, out0, out0_s0, out0_s1, sym_s0, BLOCK_R, BLOCK_K):
+        ...
+        rmask = r < sym_s0
+        kmask = k < 33
+        i0 = r % sym_s0
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +56,7 @@ import torch.fx as fx
 
 from .fusion import (
     GATHERS,
+    Size,
     GETITEM,
     MAX_ROW,
     POINTWISE,
@@ -66,6 +79,7 @@ from .fusion import (
     pool_taps,
     row_index,
     shape_of,
+    size_code,
 )
 
 __all__ = ["KernelSource", "BlockConfig", "generate", "block_config", "block_candidates", "compute_type", "RULES"]
@@ -333,17 +347,28 @@ class BlockConfig:
     programs: int
 
 
-def block_config(kernel: Kernel, interpret: bool) -> BlockConfig:
-    """Block sizes by heuristic. The interpreter likes few, large programs (NumPy does the work);
-    a GPU likes ~1-4K elements per program and a whole row per program for reductions."""
-    shape, reduced = kernel.domain.shape, kernel.domain.reduced
-    rows = math.prod(s for d, s in enumerate(shape) if d not in reduced)
+def rows_of(kernel: Kernel) -> Size:
+    """How many rows (kept elements) the kernel's domain has: an int, or a symbolic expression."""
+    n: Size = 1
+    for d, s in enumerate(kernel.domain.shape):
+        if d not in kernel.domain.reduced:
+            n = n * s
+    return n
+
+
+def block_config(kernel: Kernel, interpret: bool, rows: int | None = None, row_len: int | None = None) -> BlockConfig:
+    """Block sizes by heuristic, for the domain's sizes (a symbolic kernel passes the sizes of the call:
+    ``rows``, ``row_len``). The interpreter likes few, large programs (NumPy does the work); a GPU likes
+    ~1-4K elements per program and a whole row per program for reductions."""
+    reduced = kernel.domain.reduced
+    rows = int(rows_of(kernel)) if rows is None else rows
     if not reduced:
         block = min(_pow2(rows), 1 << 14 if interpret else 1024)
         block = max(block, 16)
         return BlockConfig(block, 1, 4 if block <= 1024 else 8, max(1, -(-rows // block)))
-    block_k = max(2, _pow2(kernel.domain.row_len))
-    assert kernel.domain.row_len <= MAX_ROW
+    row_len = int(kernel.domain.row_len) if row_len is None else row_len
+    block_k = max(2, _pow2(row_len))
+    assert row_len <= MAX_ROW
     budget = (1 << 14) if interpret else 4096
     block_r = max(2, min(_pow2(rows), budget // block_k))
     elems = block_r * block_k
@@ -352,10 +377,12 @@ def block_config(kernel: Kernel, interpret: bool) -> BlockConfig:
 
 
 def block_candidates(kernel: Kernel, interpret: bool) -> list[BlockConfig]:
-    """The heuristic's choice first, then neighbours for a small autotune (mode="max-autotune")."""
+    """The heuristic's choice first, then neighbours for a small autotune (mode="max-autotune").
+    A symbolic kernel has none: its blocks follow each call's sizes."""
+    if not kernel.domain.is_static:
+        return []
     best = block_config(kernel, interpret)
-    dom = kernel.domain
-    rows = math.prod(s for d, s in enumerate(dom.shape) if d not in dom.reduced)
+    rows = int(rows_of(kernel))
     out = [best]
     for factor in (0.5, 2, 4):
         block_r = int(best.block_r * factor)
@@ -375,9 +402,11 @@ class KernelSource:
     source: str
     inputs: list[fx.Node]  # tensors loaded, in argument order (each followed by its strides)
     outputs: list[fx.Node]  # tensors stored, in argument order (each followed by its strides)
-    config: BlockConfig
+    config: BlockConfig | None  # None for a symbolic domain: block_config() at each call
     ops: int = 0
     candidates: list[BlockConfig] = field(default_factory=list)  # for the small autotune
+    kernel: Kernel | None = None  # what it computes (the runtime's ATen path, the call's block sizes)
+    symbols: list[str] = field(default_factory=list)  # the symbols passed after the strides, in order
 
 
 @dataclass
@@ -510,7 +539,7 @@ class _Emitter:
             var, _ = self.value(t, None, t_index)
             src = args_of(node)[0]
             dim = 0 if op_key(node) != "gather.default" else args_of(node)[1] % len(shape_of(src))
-            size = shape_of(src)[dim] if shape_of(src) else 1
+            size = size_code(shape_of(src)[dim]) if shape_of(src) else "1"
             wrapped = self.new(f"tl.where({var} < 0, {var} + {size}, {var})")
             return Idx(wrapped, self.dims_of(t_index))
 
@@ -559,18 +588,20 @@ class _Emitter:
             for d, lo, size in pad_spans(node):
                 i = index[d]
                 if i == ZERO:
+                    if not isinstance(size, int):
+                        raise NotImplementedError("a symbolic padded span at a size-1 position")
                     if not lo <= 0 < lo + size:
                         return self.new(f"tl.full({self.shape(frozenset())}, {fill}, {out_t})")
                     continue
-                conds.append(f"(({i.code}) >= {lo}) & (({i.code}) < {lo + size})")
+                conds.append(f"(({i.code}) >= {lo}) & (({i.code}) < {size_code(lo + size)})")
             return self.new(f"tl.where({' & '.join(conds)}, {vals[0]}, {fill})") if conds else vals[0]
         dim, spans = cat_spans(node)
         i = index[dim]
         if i == ZERO:  # the output has one position along dim: the first non-empty input holds it
-            return vals[next(j for j, (_, _, size) in enumerate(spans) if size > 0)]
+            return vals[next(j for j, (_, _, size) in enumerate(spans) if size != 0)]
         res = vals[-1]
         for j in range(len(spans) - 2, -1, -1):
-            res = self.new(f"tl.where(({i.code}) < {spans[j + 1][1]}, {vals[j]}, {res})")
+            res = self.new(f"tl.where(({i.code}) < {size_code(spans[j + 1][1])}, {vals[j]}, {res})")
         return res
 
     def rounded(self, var: str, dtype: torch.dtype) -> str:
@@ -586,7 +617,8 @@ class _Emitter:
         reqs = arg_requests(node, self.dom.full_index(), self.dom) or []
         x, have = self.value(*reqs[0])
         x = self.new(f"tl.broadcast_to({cast(x, have, F32)}, [BLOCK_R, BLOCK_K])")
-        n = float(self.dom.row_len)
+        row_len = self.dom.row_len
+        n = lit(float(row_len)) if isinstance(row_len, int) else f"{size_code(row_len)}.to(tl.float32)"
 
         def total(v: str) -> str:
             return self.new(f"tl.sum(tl.where(kmask, {v}, 0.0), axis=1)[:, None]")
@@ -607,7 +639,7 @@ class _Emitter:
         elif key in ("sum.dim_IntList", "sum.default"):
             outs = [total(x)]
         elif key in ("mean.dim", "mean.default"):
-            outs = [self.new(f"{total(x)} / {lit(n)}")]
+            outs = [self.new(f"{total(x)} / {n}")]
         elif key in ("amax.default", "amin.default"):
             fn, init = ("max", "float('-inf')") if key == "amax.default" else ("min", "float('inf')")
             outs = [self.new(f"tl.{fn}(tl.where(kmask, {x}, {init}), axis=1)[:, None]")]
@@ -615,9 +647,10 @@ class _Emitter:
             corr = float(
                 kwargs_of(node).get("correction", 1) if kwargs_of(node).get("correction", 1) is not None else 1
             )
-            mean = self.new(f"{total(x)} / {lit(n)}")
+            mean = self.new(f"{total(x)} / {n}")
             d = self.new(f"tl.where(kmask, {x} - {mean}, 0.0)")
-            outs = [self.new(f"{total(f'{d} * {d}')} / {lit(max(0.0, n - corr))}")]
+            dof = lit(max(0.0, float(row_len) - corr)) if isinstance(row_len, int) else f"tl.maximum({n} - {lit(corr)}, 0.0)"
+            outs = [self.new(f"{total(f'{d} * {d}')} / {dof}")]
         elif key in ("_softmax.default", "_log_softmax.default"):
             mx = self.new(f"tl.max(tl.where(kmask, {x}, float('-inf')), axis=1)[:, None]")
             z = self.new(f"{x} - {mx}")
@@ -628,9 +661,9 @@ class _Emitter:
             layer = key == "native_layer_norm.default"
             a = args_of(node)
             eps, weight, bias = (a[4], a[2], a[3]) if layer else (a[7], a[1], a[2])
-            mean = self.new(f"{total(x)} / {lit(n)}")
+            mean = self.new(f"{total(x)} / {n}")
             d = self.new(f"tl.where(kmask, {x} - {mean}, 0.0)")
-            var = self.new(f"{total(f'{d} * {d}')} / {lit(n)}")
+            var = self.new(f"{total(f'{d} * {d}')} / {n}")
             rstd = self.new(f"1.0 / tl.sqrt({var} + {lit(float(eps))})")
             y = self.new(f"{d} * {rstd}")
             affine = {id(a[0]): a for a in reqs[1:]}
@@ -685,11 +718,11 @@ def generate(kernel: Kernel, interpret: bool) -> KernelSource:
     for j, (node, index) in enumerate(kernel.stores):
         em.store(j, node, index)
     dom = kernel.domain
-    cfg = block_config(kernel, interpret)
-    kept = [d for d, s in enumerate(dom.shape) if s > 1 and d not in dom.reduced]
-    red = [d for d, s in enumerate(dom.shape) if s > 1 and d in dom.reduced]
-    rows = math.prod(s for d, s in enumerate(dom.shape) if d not in dom.reduced)
-    wide = math.prod(dom.shape) >= 2**31
+    cfg = block_config(kernel, interpret) if dom.is_static else None
+    kept = [d for d, s in enumerate(dom.shape) if s != 1 and d not in dom.reduced]
+    red = [d for d, s in enumerate(dom.shape) if s != 1 and d in dom.reduced]
+    # (a symbolic domain of 2**31 elements or more runs in ATen: the runtime checks each call)
+    wide = dom.is_static and math.prod(dom.shape) >= 2**31
     pro = ["pid = tl.program_id(0)"]
     if dom.reduced:
         pro += ["r = pid * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]", "k = tl.arange(0, BLOCK_K)[None, :]"]
@@ -697,32 +730,45 @@ def generate(kernel: Kernel, interpret: bool) -> KernelSource:
         pro += ["r = pid * BLOCK_R + tl.arange(0, BLOCK_R)"]
     if wide:
         pro.append("r = r.to(tl.int64)")
-    pro.append(f"rmask = r < {rows}")
+    pro.append(f"rmask = r < {size_code(rows_of(kernel))}")
     if dom.reduced:
-        pro.append(f"kmask = k < {dom.row_len}")
+        pro.append(f"kmask = k < {size_code(dom.row_len)}")
     for var, dims in (("r", kept), ("k", red)):
-        inner = 1
+        inner: Size = 1
         for d in reversed(dims):
-            pro.append(f"i{d} = ({var} // {inner}) % {dom.shape[d]}" if inner > 1 else f"i{d} = {var} % {dom.shape[d]}")
-            inner *= dom.shape[d]
+            size = size_code(dom.shape[d])
+            pro.append(f"i{d} = ({var} // {size_code(inner)}) % {size}" if inner != 1 else f"i{d} = {var} % {size}")
+            inner = inner * dom.shape[d]
     params: list[str] = []
     inputs = sorted(em.loads, key=em.loads.get)  # type: ignore[arg-type]
     for j, node in enumerate(inputs):
         params += [f"in{j}"] + [f"in{j}_s{d}" for d in range(len(shape_of(node)))]
     for j, (node, _) in enumerate(kernel.stores):
         params += [f"out{j}"] + [f"out{j}_s{d}" for d in range(len(shape_of(node)))]
+    body = "\n".join("    " + line for line in pro + em.lines)
+    symbols = sorted(set(re.findall(r"\bsym_(\w+)\b", body)))
+    params += [f"sym_{sym}" for sym in symbols]
     params += ["BLOCK_R: tl.constexpr", "BLOCK_K: tl.constexpr"]
     ops = sum(1 for n in kernel.nodes if classify(n) in (POINTWISE, ROW))
-    body = "\n".join("    " + line for line in pro + em.lines)
     name = kernel_name(kernel, f"{params}\n{body}\n{sorted(em.helpers)}")
+    # a size is not specialized on its value (Triton would compile again for 1 and multiples of 16)
+    jit = f"@triton.jit(do_not_specialize={[f'sym_{sym}' for sym in symbols]})" if symbols else "@triton.jit"
     source = (
         f"# torchmux triton kernel: {ops} ops over {list(dom.shape)}"
         f"{f', reducing dims {list(dom.reduced)}' if dom.reduced else ''}\n"
         f"# ops: {', '.join(op_key(n) for n in kernel.nodes)}\n"
         "import triton\nimport triton.language as tl\n\n\n"
         + "".join(sorted(em.helpers))
-        + f"@triton.jit\ndef {name}({', '.join(params)}):\n{body}\n"
+        + f"{jit}\ndef {name}({', '.join(params)}):\n{body}\n"
     )
     return KernelSource(
-        name, source, inputs, [n for n, _ in kernel.stores], cfg, ops, block_candidates(kernel, interpret)
+        name,
+        source,
+        inputs,
+        [n for n, _ in kernel.stores],
+        cfg,
+        ops,
+        block_candidates(kernel, interpret),
+        kernel,
+        symbols,
     )

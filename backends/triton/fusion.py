@@ -29,6 +29,13 @@ take it (a pointwise kernel grows by broadcasting, or moves to a padded shape; a
 domain) and every node that may have to be stored still has an index that visits each of its elements
 once. An ATen call that reads the open kernel's values closes it first.
 
+**Symbolic sizes.** In a symbolic graph (core/ir.py, "Symbolic dimensions") a size is a sympy
+expression of Dynamo's symbols (``s0``, ``2*s0``) instead of an int (:data:`Size`). Grouping treats it
+like any size: two dims agree when their expressions are equal, and a symbol is never 1 (Dynamo
+specializes 0 and 1). In source a size is written by :func:`size_code`: ``sym_s0`` names the kernel
+argument that carries the symbol's value at run time, so one kernel serves every size. A symbolic row
+length is not known to fit ``MAX_ROW`` until the call: the runtime checks it then.
+
 The pass is ``plan(graph) -> list[Kernel | Extern]``: the steps in an order that respects every
 dependency. Each kernel lists the nodes it computes and, once closed, the ones it stores.
 """
@@ -45,6 +52,9 @@ import torch.fx as fx
 
 __all__ = [
     "Idx",
+    "Size",
+    "size_code",
+    "is_static_size",
     "Domain",
     "Kernel",
     "Extern",
@@ -210,12 +220,73 @@ def op_key(node: fx.Node) -> str:
     return getattr(t, "__name__", str(t))
 
 
-def shape_of(node: Any) -> tuple[int, ...]:
-    """The static shape of a node's value (of its first output, for a multi-output op)."""
+#: a dimension's size: an int, or a sympy expression of the graph's symbols (a symbolic graph)
+Size = Any
+
+
+def _size(d: Any) -> Size:
+    if isinstance(d, torch.SymInt):
+        expr = d.node.expr
+        return int(expr) if expr.is_number else expr
+    return int(d)
+
+
+def is_static_size(size: Size) -> bool:
+    return isinstance(size, int)
+
+
+def size_code(size: Size) -> str:
+    """A size as source that Python and Triton both read: an int's digits, or the expression over the
+    ``sym_<name>`` arguments that carry each symbol's value. Raises NotImplementedError for an
+    expression it cannot write (the graph then runs elsewhere)."""
+    if isinstance(size, int):
+        return str(size)
+    if size.is_Integer:
+        return str(int(size))
+    if size.is_Symbol:
+        return f"sym_{size.name}"
+    if size.is_Add or size.is_Mul:
+        return "(" + (" + " if size.is_Add else " * ").join(size_code(a) for a in size.args) + ")"
+    if size.is_Pow and size.exp.is_Integer and 0 < int(size.exp) <= 4:
+        return "(" + " * ".join([size_code(size.base)] * int(size.exp)) + ")"
+    kind = type(size).__name__
+    if kind in ("FloorDiv", "CleanDiv"):
+        return f"({size_code(size.args[0])} // {size_code(size.args[1])})"
+    if kind in ("Mod", "PythonMod"):
+        return f"({size_code(size.args[0])} % {size_code(size.args[1])})"
+    raise NotImplementedError(f"symbolic size {size} ({kind}) has no Triton source here")
+
+
+def shape_of_value(val: torch.Tensor, d: int) -> Size:
+    return _size(val.shape[d])
+
+
+def stride_of_value(val: torch.Tensor, d: int) -> Size:
+    return _size(val.stride()[d])
+
+
+def shape_of(node: Any) -> tuple[Size, ...]:
+    """The shape of a node's value (of its first output, for a multi-output op): ints, and sympy
+    expressions for symbolic dims."""
     val = node.meta["val"]
     if isinstance(val, (tuple, list)):
         val = val[0]
-    return tuple(int(d) for d in val.shape)
+    return tuple(_size(d) for d in val.shape)
+
+
+def broadcast_shapes(a: Sequence[Size], b: Sequence[Size]) -> tuple[Size, ...] | None:
+    """torch's broadcasting over sizes that may be symbolic; None if the shapes do not broadcast."""
+    out: list[Size] = []
+    for j in range(1, max(len(a), len(b)) + 1):
+        x = a[-j] if j <= len(a) else 1
+        y = b[-j] if j <= len(b) else 1
+        if x == y or y == 1:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        else:
+            return None
+    return tuple(reversed(out))
 
 
 def is_multi(node: fx.Node) -> bool:
@@ -265,8 +336,10 @@ def clamped(i: Idx, offset: int, size: int) -> Idx:
     """``i - offset`` clamped into ``[0, size)``: an index that is always safe to load, to be masked
     by a ``tl.where`` (padding, concatenation)."""
     if i == ZERO:
+        if not (is_static_size(offset) and is_static_size(size)):
+            raise NotImplementedError("a symbolic span at a size-1 position")
         return Idx(str(min(max(-offset, 0), size - 1)))
-    return Idx(f"tl.minimum(tl.maximum({i.code} - {offset}, 0), {size - 1})", i.dims)
+    return Idx(f"tl.minimum(tl.maximum({i.code} - {size_code(offset)}, 0), {size_code(size - 1)})", i.dims)
 
 
 def pad_spans(node: fx.Node) -> list[tuple[int, int, int]]:
@@ -320,13 +393,15 @@ def pool_taps(node: fx.Node, index: Index) -> list[tuple[Index, list[str]]]:
                 i, shift, size = index[d], tap * dilation[j] - padding[j], in_shape[d]
                 pos = f"({i.code})*{stride[j]} + {shift}" if i != ZERO else str(shift)
                 if i == ZERO:
+                    if not is_static_size(size):
+                        raise NotImplementedError("a symbolic pooling window at a size-1 position")
                     res[d] = Idx(str(min(max(shift, 0), size - 1)))
                     if not 0 <= shift < size:
                         conds.append("False")
                 else:
-                    res[d] = Idx(f"tl.minimum(tl.maximum({pos}, 0), {size - 1})", i.dims)
+                    res[d] = Idx(f"tl.minimum(tl.maximum({pos}, 0), {size_code(size - 1)})", i.dims)
                     if padding[j]:
-                        conds.append(f"({pos} >= 0) & ({pos} < {size})")
+                        conds.append(f"({pos} >= 0) & ({pos} < {size_code(size)})")
             taps.append((normalize(res, in_shape), conds))
     return taps
 
@@ -392,15 +467,24 @@ def view_input_index(node: fx.Node, index: Index) -> Index | None:
         dim = _dim(args_of(node)[1] if len(args_of(node)) > 1 else 0, rank)
         start = args_of(node)[2] if len(args_of(node)) > 2 and args_of(node)[2] is not None else 0
         step = args_of(node)[4] if len(args_of(node)) > 4 else 1
-        start = max(0, min(start + in_shape[dim] if start < 0 else start, in_shape[dim]))
+        if not (isinstance(start, int) and isinstance(step, int)):
+            return None  # a symbolic start or step: ATen slices
+        if not is_static_size(in_shape[dim]):
+            if start < 0:
+                return None  # counted from a symbolic end, and clamped: ATen slices
+        else:
+            start = max(0, min(start + in_shape[dim] if start < 0 else start, in_shape[dim]))
         res = list(index)
         i = index[dim]
         res[dim] = Idx(str(start), frozenset()) if i == ZERO else Idx(f"({i.code}*{step}+{start})", i.dims)
         return normalize(res, in_shape)
     if key == "select.int":
         dim = _dim(args_of(node)[1], rank)
-        pos = args_of(node)[2] + in_shape[dim] if args_of(node)[2] < 0 else args_of(node)[2]
-        return normalize(list(index[:dim]) + [Idx(str(pos))] + list(index[dim:]), in_shape)
+        pos = args_of(node)[2]
+        if not isinstance(pos, int):
+            return None  # a symbolic position: ATen selects
+        pos = size_code(pos + in_shape[dim]) if pos < 0 else str(pos)
+        return normalize(list(index[:dim]) + [Idx(pos)] + list(index[dim:]), in_shape)
     return None
 
 
@@ -411,7 +495,7 @@ def view_input_index(node: fx.Node, index: Index) -> Index | None:
 
 @dataclass(frozen=True)
 class Domain:
-    shape: tuple[int, ...]
+    shape: tuple[Size, ...]
     reduced: tuple[int, ...] = ()  # sorted; () for a pointwise kernel
 
     def full_index(self) -> Index:
@@ -424,8 +508,19 @@ class Domain:
         return tuple(i for d, i in enumerate(full) if d not in self.reduced)
 
     @property
-    def row_len(self) -> int:
-        n = 1
+    def is_static(self) -> bool:
+        return all(is_static_size(s) for s in self.shape)
+
+    @property
+    def numel(self) -> Size:
+        n: Size = 1
+        for s in self.shape:
+            n = n * s
+        return n
+
+    @property
+    def row_len(self) -> Size:
+        n: Size = 1
         for d in self.reduced:
             n *= self.shape[d]
         return n
@@ -491,7 +586,7 @@ def group_norm_input_index(node: fx.Node, domain: Domain) -> Index:
     full = domain.full_index()
     per_group = domain.shape[2]
     g, c = full[1], full[2]
-    parts = ([f"({g.code})*{per_group}"] if g != ZERO else []) + ([f"({c.code})"] if c != ZERO else [])
+    parts = ([f"({g.code})*{size_code(per_group)}"] if g != ZERO else []) + ([f"({c.code})"] if c != ZERO else [])
     channel = Idx(" + ".join(parts), g.dims | c.dims) if parts else ZERO
     return normalize((full[0], channel) + full[3:], shape_of(args_of(node)[0]))
 
@@ -507,9 +602,12 @@ def classify(node: fx.Node) -> str:
     key = op_key(node)
     if key == "getitem":
         return GETITEM
+    if _takes_symbolic_scalar(node):
+        return EXTERN
     if key in ROWWISE:
-        if rowwise_domain(node).row_len > MAX_ROW:  # too long for one block: ATen reduces it
-            return EXTERN
+        row_len = rowwise_domain(node).row_len
+        if is_static_size(row_len) and row_len > MAX_ROW:  # too long for one block: ATen reduces it
+            return EXTERN  # (a symbolic row's length is checked at each call: runtime.py)
         if (
             not args_of(node)[0].meta["val"].dtype.is_floating_point and key != "any.dim"
         ):  # integer sums and extrema: ATen
@@ -673,16 +771,11 @@ def _grow(kernel: Kernel, node: fx.Node) -> Domain | None:
         want = rowwise_domain(node)
         if dom.reduced:
             return dom if want == dom else None
-        try:
-            return want if tuple(torch.broadcast_shapes(dom.shape, want.shape)) == want.shape else None
-        except RuntimeError:
-            return None
+        return want if broadcast_shapes(dom.shape, want.shape) == want.shape else None
     if dom.reduced or kind == GETITEM:
         return dom
-    try:
-        return Domain(tuple(torch.broadcast_shapes(dom.shape, shape_of(node))))
-    except RuntimeError:
-        return None
+    shape = broadcast_shapes(dom.shape, shape_of(node))
+    return None if shape is None else Domain(shape)
 
 
 def _fits(kernel: Kernel, node: fx.Node) -> Domain | None:
@@ -761,4 +854,29 @@ def _is_tensor(node: fx.Node) -> bool:
     val = node.meta.get("val")
     if is_multi(node) and classify(node) in (ROW, POINTWISE):
         return True
-    return isinstance(val, torch.Tensor) and all(isinstance(d, int) for d in val.shape)
+    return isinstance(val, torch.Tensor)
+
+
+#: the argument that may be a symbolic size (an fx node holding a SymInt) in an op a kernel computes;
+#: it only says the output's shape, which the kernel reads from the node's value
+_SHAPE_ARG = {
+    "full.default": 0,
+    "arange.default": 0,
+    "expand.default": 1,
+    "view.default": 1,
+    "_unsafe_view.default": 1,
+    "reshape.default": 1,
+}
+
+
+def _takes_symbolic_scalar(node: fx.Node) -> bool:
+    """Whether an argument other than the output's shape is a symbolic integer (``x * x.shape[0]``,
+    ``arange(s0, 2*s0)``): a kernel has no rule for one; ATen computes the op."""
+    skip = _SHAPE_ARG.get(op_key(node))
+    for j, a in enumerate(list(args_of(node)) + list(kwargs_of(node).values())):
+        if j == skip:
+            continue
+        for x in a if isinstance(a, (list, tuple)) else [a]:
+            if isinstance(x, fx.Node) and not isinstance(x.meta.get("val"), (torch.Tensor, tuple, list)):
+                return True
+    return False

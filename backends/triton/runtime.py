@@ -5,6 +5,13 @@
 across graphs and processes) and imported from there. With ``TORCHMUX_DEBUG_DIR`` set, each kernel's
 source is also written there, named after the graph. Under ``TRITON_INTERPRET=1`` the same kernels
 run in Triton's CPU interpreter.
+
+**Symbolic graphs.** A graph with symbolic sizes compiles once for every size. At each call
+:class:`_Sizes` reads each symbol's value from the inputs (a tensor's size, or the integer input
+Dynamo passes for it); each launch evaluates its output shapes, row count and row length from them,
+picks its block sizes (codegen.block_config) and grid, and passes the symbols to the kernel. A launch
+whose sizes the kernel was not written for (a row longer than fusion.MAX_ROW, 2**31 elements or more)
+runs the kernel's ops in ATen instead, for that call.
 """
 
 from __future__ import annotations
@@ -64,9 +71,40 @@ def _load(ks: codegen.KernelSource) -> Callable[..., Any]:
         return fn
 
 
-def _layout(val: torch.Tensor) -> tuple[int, ...]:
+Values = dict[str, int]  # "sym_<name>" -> the symbol's value at this call
+
+
+class _Sizes:
+    """Where each symbol of a graph is read from at a call, and sizes evaluated on those values."""
+
+    def __init__(self, ir: GraphIR) -> None:
+        self.where: dict[str, tuple[int, int | None]] = {}
+        for i, node in enumerate(ir.placeholders):
+            val = node.meta.get("val")
+            sizes = [(None, val)] if isinstance(val, torch.SymInt) else []
+            if isinstance(val, torch.Tensor):
+                sizes = list(enumerate(val.shape))
+            for d, size in sizes:
+                if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                    self.where.setdefault(f"sym_{size.node.expr.name}", (i, d))
+        missing = sorted(f"sym_{name}" for name in ir.symbols if f"sym_{name}" not in self.where)
+        if missing:
+            raise NotImplementedError(f"{ir.name}: symbols {missing} are no input's size nor an integer input")
+
+    def values(self, args: Sequence[Any]) -> Values:
+        return {name: int(args[i] if d is None else args[i].shape[d]) for name, (i, d) in self.where.items()}
+
+
+def _evaluator(size: fusion.Size) -> Callable[[Values], int]:
+    """``size`` (an int or a symbolic expression) as a function of the symbols' values."""
+    if isinstance(size, int):
+        return lambda values: size
+    code = compile(fusion.size_code(size), "<size>", "eval")
+    return lambda values: int(eval(code, {"__builtins__": {}}, values))  # noqa: S307 - our own size source
+
+
+def _layout_of(shape: tuple[int, ...], stride: tuple[int, ...]) -> tuple[int, ...]:
     """The strides eager gives a value, when they describe a dense tensor; else contiguous ones."""
-    shape, stride = tuple(int(s) for s in val.shape), tuple(int(s) for s in val.stride())
     dense = True
     expected = 1
     for size, st in sorted(zip(shape, stride), key=lambda p: p[1]):
@@ -79,23 +117,55 @@ def _layout(val: torch.Tensor) -> tuple[int, ...]:
     return torch._prims_common.make_contiguous_strides_for(shape) if shape else ()
 
 
+def _layout(val: torch.Tensor) -> tuple[int, ...]:
+    return _layout_of(tuple(int(s) for s in val.shape), tuple(int(s) for s in val.stride()))
+
+
+def _output_of(val: torch.Tensor) -> Callable[[Values], tuple[tuple[int, ...], tuple[int, ...]]]:
+    """(shape, strides) of an output at a call: fixed for a static value, evaluated for a symbolic one
+    (strides eager's when they print as sizes, else contiguous)."""
+    shape = [_evaluator(fusion.shape_of_value(val, d)) for d in range(val.dim())]
+    try:
+        strides: list[Callable[[Values], int]] | None = [
+            _evaluator(fusion.stride_of_value(val, d)) for d in range(val.dim())
+        ]
+    except NotImplementedError:
+        strides = None
+
+    def at(values: Values) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        dims = tuple(f(values) for f in shape)
+        if strides is None:
+            return dims, tuple(torch._prims_common.make_contiguous_strides_for(dims)) if dims else ()
+        return dims, _layout_of(dims, tuple(f(values) for f in strides))
+
+    return at
+
+
 class _Launch:
-    """One kernel launch: allocate its outputs, pass pointers and strides, grid from the block config.
+    """One kernel launch: allocate its outputs, pass pointers, strides and symbols, grid from the block config.
 
     With ``tune``, the first launch times every candidate block config (a few runs each; a kernel only
     writes its own outputs, so running it again is harmless) and keeps the fastest."""
 
     def __init__(
-        self, ks: codegen.KernelSource, fn: Any, tune: bool
+        self, ks: codegen.KernelSource, fn: Any, tune: bool, interpret: bool
     ) -> None:  # fn: a triton.JITFunction (fn[grid](...))
-        self.ks, self.fn = ks, fn
-        self.outs = [
-            (tuple(int(s) for s in n.meta["val"].shape), _layout(n.meta["val"]), n.meta["val"].dtype)
-            for n in ks.outputs
-        ]
+        assert ks.kernel is not None
+        self.ks, self.fn, self.kernel, self.interpret = ks, fn, ks.kernel, interpret
+        self.dtypes = [n.meta["val"].dtype for n in ks.outputs]
+        self.static = ks.config is not None
+        if self.static:
+            outs = [(tuple(int(s) for s in n.meta["val"].shape), _layout(n.meta["val"])) for n in ks.outputs]
+            self.outs: Callable[[Values], list[tuple[tuple[int, ...], tuple[int, ...]]]] = lambda values: outs
+        else:
+            at = [_output_of(n.meta["val"]) for n in ks.outputs]
+            self.outs = lambda values: [f(values) for f in at]
+        self.rows = _evaluator(codegen.rows_of(self.kernel))
+        self.row_len = _evaluator(self.kernel.domain.row_len)
+        self.numel = _evaluator(self.kernel.domain.numel)
         self.config = ks.config
+        self.configs: dict[tuple[int, int], codegen.BlockConfig] = {}
         self.tune = tune and len(ks.candidates) > 1
-        self.empty = any(0 in shape for shape, _, _ in self.outs)
 
     def _launch(self, cfg: codegen.BlockConfig, args: list[Any]) -> None:
         self.fn[(cfg.programs,)](*args, BLOCK_R=cfg.block_r, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps)
@@ -118,9 +188,28 @@ class _Launch:
         self.config = min(self.ks.candidates, key=timed)
         self.tune = False
 
-    def __call__(self, env: dict[fx.Node, Any], device: torch.device) -> None:
-        outs = [torch.empty_strided(shape, stride, dtype=dtype, device=device) for shape, stride, dtype in self.outs]
-        if not self.empty:
+    def _config_at(self, values: Values) -> codegen.BlockConfig | None:
+        """This call's block config; None when the sizes are beyond what the kernel was written for."""
+        if self.config is not None:
+            return self.config
+        rows, row_len = self.rows(values), self.row_len(values)
+        if row_len > fusion.MAX_ROW or self.numel(values) >= 2**31:
+            return None
+        key = (rows, row_len)
+        if key not in self.configs:
+            self.configs[key] = codegen.block_config(self.kernel, self.interpret, rows, row_len)
+        return self.configs[key]
+
+    def __call__(self, env: dict[fx.Node, Any], values: Values, device: torch.device) -> None:
+        cfg = self._config_at(values)
+        if cfg is None:
+            _aten(self.kernel.nodes, self.ks.outputs, env)
+            return
+        outs = [
+            torch.empty_strided(shape, stride, dtype=dtype, device=device)
+            for (shape, stride), dtype in zip(self.outs(values), self.dtypes)
+        ]
+        if not any(t.numel() == 0 for t in outs):
             args: list[Any] = []
             for node in self.ks.inputs:
                 t = env[node]
@@ -129,27 +218,45 @@ class _Launch:
             for t in outs:
                 args.append(t)
                 args.extend(t.stride())
+            args.extend(values[f"sym_{sym}"] for sym in self.ks.symbols)
             if self.tune:
                 self._autotune(args, device)
-            self._launch(self.config, args)
+                cfg = self.config
+            assert cfg is not None
+            self._launch(cfg, args)
         for node, t in zip(self.ks.outputs, outs):
             env[node] = t
 
 
-def _extern(node: fx.Node) -> Callable[[dict[fx.Node, Any]], None]:
+def _target(node: fx.Node) -> Callable[..., Any]:
     target: Callable[..., Any] = node.target  # type: ignore[assignment]  # a call_function node's target is a callable
     if target in (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default):
-        target = torch.ops.aten.reshape.default  # our buffers may be laid out unlike eager's
+        return torch.ops.aten.reshape.default  # our buffers may be laid out unlike eager's
+    return target
 
-    def fetch(a: Any, env: dict[fx.Node, Any]) -> Any:
-        if isinstance(a, fx.Node):
-            return env[a]
-        if isinstance(a, (list, tuple)):
-            return type(a)(fetch(x, env) for x in a)
-        return a
 
-    def run(env: dict[fx.Node, Any]) -> None:
-        env[node] = target(*fetch(node.args, env), **fetch(dict(node.kwargs), env))
+def _fetch(a: Any, env: dict[fx.Node, Any]) -> Any:
+    if isinstance(a, fx.Node):
+        return env[a]
+    if isinstance(a, (list, tuple)):
+        return type(a)(_fetch(x, env) for x in a)
+    return a
+
+
+def _aten(nodes: Sequence[fx.Node], outputs: Sequence[fx.Node], env: dict[fx.Node, Any]) -> None:
+    """A kernel's ops one by one in ATen (a call whose sizes the kernel was not written for)."""
+    local = dict(env)
+    for node in nodes:
+        local[node] = _target(node)(*_fetch(node.args, local), **_fetch(dict(node.kwargs), local))
+    for node in outputs:
+        env[node] = local[node]
+
+
+def _extern(node: fx.Node) -> Callable[[dict[fx.Node, Any], Values], None]:
+    target = _target(node)
+
+    def run(env: dict[fx.Node, Any], values: Values) -> None:
+        env[node] = target(*_fetch(node.args, env), **_fetch(dict(node.kwargs), env))
 
     return run
 
@@ -159,6 +266,7 @@ class CompiledTritonGraph:
 
     def __init__(self, ir: GraphIR, steps: list[Any], launches: list[_Launch], device: torch.device) -> None:
         self.ir = ir
+        self.sizes = _Sizes(ir)
         self.launches = launches
         self.sources = [launch.ks for launch in launches]
         self.kernel_count = len(launches)
@@ -178,8 +286,9 @@ class CompiledTritonGraph:
     def __call__(self, *args: Any) -> list[Any]:
         env: dict[fx.Node, Any] = dict(zip(self._placeholders, args))
         env.update(self._constants)
+        values = self.sizes.values(args)
         for (run, _), free in zip(self._steps, self._free):
-            run(env)
+            run(env, values)
             for n in free:
                 env.pop(n, None)
         return [env[o] if isinstance(o, fx.Node) else o for o in self._outputs]
@@ -188,8 +297,6 @@ class CompiledTritonGraph:
 def compile_graph(ir: GraphIR, example_inputs: Sequence[Any], *, autotune: bool = False) -> CompiledTritonGraph:
     """Plan, generate, load, run once. ``autotune``: time a few block configs per kernel on that run.
     Raises (NotImplementedError, triton's errors) when it cannot."""
-    if not ir.is_static:
-        raise NotImplementedError("the triton backend compiles static shapes only; compile with dynamic=False")
     device = next((t.device for t in example_inputs if isinstance(t, torch.Tensor)), torch.device("cpu"))
     interpret = interpreting()
     if device.type != "cuda" and not interpret:
@@ -202,7 +309,7 @@ def compile_graph(ir: GraphIR, example_inputs: Sequence[Any], *, autotune: bool 
             node.meta["val"] = getattr(ir.gm, str(node.target))
     plan = fusion.plan(ir.graph)
     debug = debug_dir()
-    steps: list[tuple[Callable[[dict[fx.Node, Any]], None], list[fx.Node]]] = []
+    steps: list[tuple[Callable[[dict[fx.Node, Any], Values], None], list[fx.Node]]] = []
     sources: list[codegen.KernelSource] = []
     launches: list[_Launch] = []
     stem = "".join(ch if ch.isalnum() else "_" for ch in ir.name)
@@ -215,7 +322,7 @@ def compile_graph(ir: GraphIR, example_inputs: Sequence[Any], *, autotune: bool 
             Path(debug).mkdir(parents=True, exist_ok=True)
             (Path(debug) / f"{stem}_{len(sources)}_{ks.name}.py").write_text(ks.source)
         sources.append(ks)
-        launch = _Launch(ks, _load(ks), autotune)
+        launch = _Launch(ks, _load(ks), autotune, interpret)
         launches.append(launch)
         steps.append((functools.partial(launch, device=device), list(ks.inputs)))
     compiled = CompiledTritonGraph(ir, steps, launches, device)
