@@ -56,7 +56,6 @@ import torch.fx as fx
 
 from .fusion import (
     GATHERS,
-    Size,
     GETITEM,
     MAX_ROW,
     POINTWISE,
@@ -67,6 +66,7 @@ from .fusion import (
     Idx,
     Index,
     Kernel,
+    Size,
     arg_requests,
     args_of,
     cat_spans,
@@ -649,7 +649,11 @@ class _Emitter:
             )
             mean = self.new(f"{total(x)} / {n}")
             d = self.new(f"tl.where(kmask, {x} - {mean}, 0.0)")
-            dof = lit(max(0.0, float(row_len) - corr)) if isinstance(row_len, int) else f"tl.maximum({n} - {lit(corr)}, 0.0)"
+            dof = (
+                lit(max(0.0, float(row_len) - corr))
+                if isinstance(row_len, int)
+                else f"tl.maximum({n} - {lit(corr)}, 0.0)"
+            )
             outs = [self.new(f"{total(f'{d} * {d}')} / {dof}")]
         elif key in ("_softmax.default", "_log_softmax.default"):
             mx = self.new(f"tl.max(tl.where(kmask, {x}, float('-inf')), axis=1)[:, None]")

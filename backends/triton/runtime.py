@@ -81,9 +81,9 @@ class _Sizes:
         self.where: dict[str, tuple[int, int | None]] = {}
         for i, node in enumerate(ir.placeholders):
             val = node.meta.get("val")
-            sizes = [(None, val)] if isinstance(val, torch.SymInt) else []
+            sizes: list[tuple[int | None, Any]] = [(None, val)] if isinstance(val, torch.SymInt) else []
             if isinstance(val, torch.Tensor):
-                sizes = list(enumerate(val.shape))
+                sizes = [(d, size) for d, size in enumerate(val.shape)]
             for d, size in sizes:
                 if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
                     self.where.setdefault(f"sym_{size.node.expr.name}", (i, d))

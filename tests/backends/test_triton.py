@@ -194,6 +194,88 @@ def test_row_longer_than_a_block_is_reduced_by_aten():
     assert compiled.kernel_count == 2  # exp, then (ATen sum), then the scale
 
 
+# ------------------------------------------------------------------------------ symbolic sizes
+def _symbolic(fn, sizes, name):
+    """``fn``'s one symbolic graph (Dynamo, dynamic=True) and its arguments at each of ``sizes``."""
+    from torchmux.testing.check import symbolic_calls
+
+    return symbolic_calls(fn, sizes, name)
+
+
+def norms_over_rows(x, w, b):
+    """Softmax, layer norm, RMS norm and a mean over rows whose length is the symbolic last dim."""
+    y = torch.softmax(x * 0.5, -1) + F.layer_norm(x, (x.shape[-1],), w, b)
+    return y, rms_norm(x, w), (x - x.mean(-1, keepdim=True)).amax(1)
+
+
+def test_symbolic_graph_compiles_once_and_answers_at_every_size():
+    from torchmux.backends.triton import runtime
+
+    sizes = [(2, 5), (4, 17), (5, 64), (6, 129)]  # rows crossing block (power of two) boundaries
+    args = [[rand(b, 3, n, seed=b), rand(n, seed=1), rand(n, seed=2)] for b, n in sizes]
+    ir, calls = _symbolic(norms_over_rows, args, "rows")
+    assert not ir.is_static
+    compiled = compile_graph(ir, calls[0])
+    loaded = len(runtime._loaded)
+    assert compiled.kernel_count <= 2 and all("sym_" in ks.source and ks.symbols for ks in compiled.sources)
+    for a in calls:
+        err = mismatch(compiled(*a), ir.run_reference(*a))
+        assert err is None, f"at {[tuple(t.shape) for t in a if isinstance(t, torch.Tensor)]}: {err}"
+    assert len(runtime._loaded) == loaded  # no kernel was generated or loaded for a new size
+
+
+def test_symbolic_row_longer_than_a_block_runs_in_aten_for_that_call():
+    args = [[rand(2, n, seed=n)] for n in (5, MAX_ROW + 3, 9)]
+    ir, calls = _symbolic(lambda x: torch.softmax(x, -1) * 2, args, "long")
+    compiled = compile_graph(ir, calls[0])
+    assert compiled.kernel_count == 1
+    for a in calls:
+        assert mismatch(compiled(*a), ir.run_reference(*a)) is None
+
+
+def test_symbolic_padding_concat_slices_and_gathers():
+    def fn(x, ids, table):
+        y = torch.cat([F.pad(x, (1, 2)), x[:, 1:] * 2, x[:, :1]], 1)
+        return y.sin(), table[ids] + 1, x.select(1, -1)
+
+    args = [[rand(b, n, seed=n), torch.randint(0, 7, (b,)), rand(7, 5)] for b, n in ((2, 4), (5, 9))]
+    ir, calls = _symbolic(fn, args, "spans")
+    compiled = compile_graph(ir, calls[0])
+    for a in calls:
+        assert mismatch(compiled(*a), ir.run_reference(*a)) is None
+
+
+def test_model_called_with_many_lengths_compiles_twice_end_to_end(monkeypatch):
+    import torchmux
+    from torchmux.core.errors import TorchmuxFallbackWarning
+    from torchmux.core.registry import get_registry
+
+    backend = get_registry().get("triton")
+    real, compiles = backend.compile, []
+    monkeypatch.setattr(backend, "compile", lambda request: compiles.append(request.ir.is_static) or real(request))
+
+    class Attention(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin, self.norm = torch.nn.Linear(16, 16), torch.nn.LayerNorm(16)
+
+        def forward(self, x):
+            h = self.norm(torch.relu(self.lin(x)))
+            return torch.softmax(h @ h.transpose(-1, -2) * 0.25, -1) @ h
+
+    torch.manual_seed(0)
+    model = Attention().eval()
+    torch._dynamo.reset()
+    compiled = torchmux.compile(model, backend="triton")
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error", TorchmuxFallbackWarning)
+        for n in (5, 9, 16, 33, 7, 64):
+            x = rand(1, n, 16, seed=n)
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+    torch._dynamo.reset()
+    assert compiles == [True, False]  # the first length's static graph, then one symbolic graph
+
+
 def test_batch_norm_relu_and_repeated_operands_fuse():
     x = rand(2, 6, 9, 9)
     mean, var, w, b = rand(6), rand(6).abs() + 0.5, rand(6), rand(6)
