@@ -245,6 +245,13 @@ def test_symbolic_padding_concat_slices_and_gathers():
         assert mismatch(compiled(*a), ir.run_reference(*a)) is None
 
 
+def test_torchmux_list_says_it_takes_symbolic_shapes():
+    from torchmux.core.registry import list_backends
+
+    [row] = [r for r in list_backends() if r.name == "triton"]
+    assert row.dynamic_shapes and TritonBackend.dynamic_shapes
+
+
 def test_model_called_with_many_lengths_compiles_twice_end_to_end(monkeypatch):
     import torchmux
     from torchmux.core.errors import TorchmuxFallbackWarning
