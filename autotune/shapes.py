@@ -7,7 +7,7 @@ such a graph.
 
 **Who runs a symbolic graph.** A backend whose ``dynamic_shapes`` is true compiles the symbolic graph
 once and that one artifact serves every size (eager, Inductor, ONNX Runtime with dynamic axes, TVM
-with symbolic Relax shapes). A backend that needs static shapes (``dynamic_shapes = False``) is
+with symbolic Relax shapes, the Triton code generator with sizes as kernel arguments). A backend that needs static shapes (``dynamic_shapes = False``) is
 *specialized*: :func:`specialize` re-traces the graph at the call's concrete sizes and the backend
 compiles that static graph. Specializations are bounded: at most :data:`SPECIALIZE_LIMIT` concrete
 signatures per graph and backend. Under ``backend="auto"`` static backends do not race on symbolic
