@@ -16,6 +16,10 @@ Children run one at a time: bench_run.py says what each measures, bench_results.
 results into rows, bench_report.py into tables and a chart. A system that fails, answers wrong,
 crashes its process or runs past ``--timeout`` is reported as such; the bench goes on. The results go
 to the terminal, ``bench.json`` (rewritten after each model) and ``bench.png`` in ``--out``.
+
+``--workload varying-shapes`` runs another workload instead: each model called with ``--calls`` sizes
+drawn from ``--seed``, total time including every compile, against torch.compile on the same sequence
+(bench/varying.py says what it measures).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from .run import (
     ONNX_EXPORT,
     THREAD_ENV,
 )
+from .varying import MODELS as VARYING_MODELS
 from .zoo import ZOO
 
 
@@ -62,7 +67,23 @@ def _parser() -> argparse.ArgumentParser:
         description="Benchmark the model zoo (random weights, no downloads) across eager, torch.compile "
         "(Inductor), each torchmux backend alone, and torchmux auto.",
     )
-    p.add_argument("--models", default="all", help=f"comma-separated zoo models, or 'all' (the zoo: {', '.join(ZOO)})")
+    p.add_argument(
+        "--models",
+        default=None,
+        help=f"comma-separated zoo models, or 'all' (the zoo: {', '.join(ZOO)}); default: all, "
+        f"and {','.join(VARYING_MODELS)} for --workload varying-shapes",
+    )
+    p.add_argument(
+        "--workload",
+        default="zoo",
+        choices=["zoo", "varying-shapes"],
+        help="zoo: compile, warm compile and latency at one batch size (default); varying-shapes: each "
+        "model called with --calls sizes, total time including every compile, against torch.compile",
+    )
+    p.add_argument(
+        "--calls", type=int, default=50, help="varying-shapes: how many calls (sizes) per model (default 50)"
+    )
+    p.add_argument("--seed", type=int, default=13, help="varying-shapes: the seed the sizes are drawn from (default 13)")
     p.add_argument(
         "--batch-size",
         type=_ints,
@@ -103,7 +124,7 @@ def _parser() -> argparse.ArgumentParser:
         help="run nothing: print the tables of an earlier bench.json and redraw its chart next to it",
     )
     # the child side (bench_run.py); not for users
-    p.add_argument("--_child", choices=["compile", "latency"], help=argparse.SUPPRESS)
+    p.add_argument("--_child", choices=["compile", "latency", "varying"], help=argparse.SUPPRESS)
     p.add_argument("--_result", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--_caches", help=argparse.SUPPRESS)
     return p
@@ -422,6 +443,8 @@ def run_bench(
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser().parse_args(argv)
+    if args.models is None:
+        args.models = ",".join(VARYING_MODELS) if args.workload == "varying-shapes" else "all"
     if args._child:
         args.batch_size, args.threads = args.batch_size[0], args.threads[0] if args.threads else None
         return _child_main(args)
@@ -447,6 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.rounds < 1:
             raise BenchArgumentError("--rounds must be at least 1")
+        if args.calls < 1:
+            raise BenchArgumentError("--calls must be at least 1")
         if args.device == "cuda":
             import torch
 
@@ -457,6 +482,8 @@ def main(argv: list[str] | None = None) -> int:
     except BenchArgumentError as e:
         print(f"torchmux bench: error: {e}", file=sys.stderr)
         return 2
+    if args.workload == "varying-shapes":
+        return _varying_main(args, models, systems, skipped)
     for s, why in skipped.items():
         print(f"torchmux bench: leaving out {s}: {why}", file=sys.stderr)
     import copy
@@ -486,8 +513,34 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _varying_main(args: argparse.Namespace, models: list[str], systems: list[str], skipped: dict[str, str]) -> int:
+    from .varying import format_varying, run_varying, varying_systems
+
+    systems, left = varying_systems(systems)
+    for s, why in {**skipped, **left}.items():
+        print(f"torchmux bench: leaving out {s}: {why}", file=sys.stderr)
+    threads = args.threads[0] if args.threads else None
+    if args.threads and len(args.threads) > 1:
+        print(f"torchmux bench: varying-shapes runs at one thread count: {threads}", file=sys.stderr)
+    args.threads = threads
+
+    def run_child(cmd: list[str], env: dict[str, str], log: Path) -> str | None:
+        why = _run(cmd, _env(args, env), log, args.timeout)
+        return f"{why}: {_log_tail(log)}" if why is not None and "timed out" not in why else why
+
+    report = run_varying(args, models, systems, run_child)
+    print(format_varying(report))
+    print(f"\nwrote {args.out / 'varying.json'}")
+    return 0
+
+
 def _child_main(args: argparse.Namespace) -> int:
     from . import run as bench_run
+
+    if args._child == "varying":
+        from .varying import child_main
+
+        return child_main(args.models, args.systems, args.calls, args.seed, args.device, args.threads, args._result)
 
     if args._child == "compile":
         try:

@@ -346,3 +346,29 @@ def test_outside_systems_are_in_the_default_set_and_the_export_system_runs() -> 
     model, x = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU()).eval(), torch.randn(2, 8)
     with torch.no_grad():
         torch.testing.assert_close(make_compiled("onnxruntime-export", model, 1)(x), model(x))
+
+
+def test_varying_shapes_workload_reports_total_time_and_compiles(tmp_path: Path) -> None:
+    """``--workload varying-shapes`` on three sizes: every call answered, compiles counted per backend."""
+    import contextlib
+    import io
+
+    from torchmux.bench.varying import sizes
+
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        rc = bench.main(
+            ["--workload", "varying-shapes", "--models", "mlp", "--calls", "3", "--systems", "eager,torchmux:eager"]
+            + ["--out", str(tmp_path), "--no-progress"]
+        )
+    assert rc == 0
+    report = json.loads((tmp_path / "varying.json").read_text())
+    assert report["settings"]["calls"] == 3 and len(set(sizes(False, 3, 13))) == 3  # three distinct sizes
+    rows = report["models"]["mlp"]
+    for system in ("eager", "torchmux:eager"):
+        assert rows[system]["ok"], rows[system].get("error")
+        assert rows[system]["total_s"] > 0 and rows[system]["matches_eager"] and rows[system]["calls"] == 3
+    # the first size's static graph, then one symbolic graph for the other two sizes
+    assert rows["torchmux:eager"]["compiles"] == {"eager": 2} and rows["torchmux:eager"]["graphs_captured"] == 2
+    assert not rows["torchmux:eager"]["fallback_warnings"]
+    assert "torchmux:eager" in text.getvalue() and "compiles per backend" in text.getvalue()
