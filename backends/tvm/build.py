@@ -53,7 +53,7 @@ from torchmux.extend import artifact_dir, atomic_write, fetch_artifact, publish_
 
 from . import OPTIONS
 
-FORMAT = 2  # bump when the artifact layout or the import route changes: old artifacts are then ignored
+FORMAT = 3  # bump when the artifact layout or the import route changes: old artifacts are then ignored
 
 DEFAULTS: dict[str, Any] = {name: option.default for name, option in OPTIONS.items()}
 TUNING_OPTIONS = ("tune_seconds", "tune_trials", "tune_trials_per_task", "trials_per_round")
@@ -250,8 +250,36 @@ def _reduction(op_name: str) -> Any:
     return convert
 
 
-# ATen reductions missing from TVM 0.27's PyTorch frontend (prod only without a dtype argument)
+def _slice_in_bounds(node: torch.fx.Node, importer: Any) -> relax.Var:
+    """``aten.slice.Tensor`` as TVM's own converter reads it, except where torch proved the slice in
+    bounds (its output's size along ``dim`` is ``end - start``): Relax is told so (``assume_inbound``).
+    Otherwise Relax sizes ``x[:, :s]`` of a ``[1, 128]`` tensor as ``min(s, 128)``, which it cannot
+    prove equal to ``s``: a BERT's ``position_ids[:, :seq]`` embedding added to the token embedding
+    then has no known shape, and the add is left unlowered (``CodeGenVM cannot emit ... R.add``)."""
+    args = list(node.args) + [None] * 5
+    dim, start, end, step = args[1] or 0, args[2] or 0, args[3], 1 if args[4] is None else args[4]
+    val = node.meta.get("val")
+    known = [v.meta.get("val") if isinstance(v, torch.fx.Node) else v for v in (start, end)]
+    if isinstance(val, torch.Tensor) and step == 1 and all(isinstance(v, (int, torch.SymInt)) for v in known):
+        size, want = val.shape[dim], known[1] - known[0]
+        same = (
+            size.node.expr == want.node.expr
+            if isinstance(size, torch.SymInt) and isinstance(want, torch.SymInt)
+            else isinstance(size, int) and isinstance(want, int) and size == want
+        )
+        if same:
+            bounds = [importer.env[v] if isinstance(v, torch.fx.Node) else v for v in (start, end)]
+            x = importer.env[node.args[0]]
+            return importer.block_builder.emit(
+                relax.op.strided_slice(x, [dim], [bounds[0]], [bounds[1]], [1], assume_inbound=True)
+            )
+    return importer._slice(node)
+
+
+# ATen reductions missing from TVM 0.27's PyTorch frontend (prod only without a dtype argument), and a
+# slice that keeps the size torch proved
 _EXTRA_CONVERTERS = {
+    "slice.Tensor": _slice_in_bounds,
     "amax.default": _reduction("max"),
     "amin.default": _reduction("min"),
     "prod.dim_int": _reduction("prod"),

@@ -226,3 +226,20 @@ def test_cuda_build_matches_eager(cache_dir: Path) -> None:
     out = run(*inputs)
     assert out[0].is_cuda
     torch.testing.assert_close(out[0], ir.run_reference(*inputs)[0], atol=1e-4, rtol=1e-4)
+
+
+def _token_and_position(x: torch.Tensor, tok: torch.Tensor, pos: torch.Tensor, positions: torch.Tensor):
+    """A BERT's embeddings in small: position ids are a slice of a longer buffer, ``positions[:, :seq]``."""
+    return F.embedding(x, tok) + F.embedding(positions[:, : x.shape[1]], pos)
+
+
+def test_symbolic_slice_of_a_longer_buffer_keeps_the_size_torch_proved():
+    """Relax sizes ``positions[:, :s]`` as ``min(s, 16)`` unless told the slice is in bounds; the add
+    with the ``s``-long token embedding then had no shape and TVM refused to build the graph."""
+    from torchmux.testing.check import check_sizes, symbolic_calls
+
+    g = torch.Generator().manual_seed(0)
+    weights = [torch.randn(10, 4, generator=g), torch.randn(16, 4, generator=g), torch.arange(16).unsqueeze(0)]
+    sizes = [[torch.randint(0, 10, (1, n), generator=g), *weights] for n in (5, 11)]
+    ir, calls = symbolic_calls(_token_and_position, sizes, "positions")
+    assert check_sizes(get_registry().get("tvm"), ir, calls) is None
