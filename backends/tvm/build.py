@@ -259,7 +259,7 @@ def _slice_in_bounds(node: torch.fx.Node, importer: Any) -> relax.Var:
     args = list(node.args) + [None] * 5
     dim, start, end, step = args[1] or 0, args[2] or 0, args[3], 1 if args[4] is None else args[4]
     val = node.meta.get("val")
-    known = [v.meta.get("val") if isinstance(v, torch.fx.Node) else v for v in (start, end)]
+    known: list[Any] = [v.meta.get("val") if isinstance(v, torch.fx.Node) else v for v in (start, end)]
     if isinstance(val, torch.Tensor) and step == 1 and all(isinstance(v, (int, torch.SymInt)) for v in known):
         size, want = val.shape[dim], known[1] - known[0]
         same = (
