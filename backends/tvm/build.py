@@ -256,7 +256,7 @@ def _slice_in_bounds(node: torch.fx.Node, importer: Any) -> relax.Var:
     Otherwise Relax sizes ``x[:, :s]`` of a ``[1, 128]`` tensor as ``min(s, 128)``, which it cannot
     prove equal to ``s``: a BERT's ``position_ids[:, :seq]`` embedding added to the token embedding
     then has no known shape, and the add is left unlowered (``CodeGenVM cannot emit ... R.add``)."""
-    args = list(node.args) + [None] * 5
+    args: list[Any] = list(node.args) + [None] * 5
     dim, start, end, step = args[1] or 0, args[2] or 0, args[3], 1 if args[4] is None else args[4]
     val = node.meta.get("val")
     known: list[Any] = [v.meta.get("val") if isinstance(v, torch.fx.Node) else v for v in (start, end)]
