@@ -357,20 +357,24 @@ def rows_of(kernel: Kernel) -> Size:
 
 
 def block_config(kernel: Kernel, interpret: bool, rows: int | None = None, row_len: int | None = None) -> BlockConfig:
-    """Block sizes by heuristic, for the domain's sizes (a symbolic kernel passes the sizes of the call:
-    ``rows``, ``row_len``). The interpreter likes few, large programs (NumPy does the work); a GPU likes
-    ~1-4K elements per program and a whole row per program for reductions."""
-    reduced = kernel.domain.reduced
+    """Block sizes by heuristic. The interpreter likes few, large programs (NumPy does the work); a GPU
+    likes ~1-4K elements per program and a whole row per program for reductions.
+
+    A symbolic kernel passes the call's ``rows`` and ``row_len``. Its row block does not follow the row
+    count (each block size is a separate Triton binary): a pointwise kernel always takes the largest
+    block, a reduction the largest that fits its row block, which is the one size that varies (one
+    binary per power of two of the row length seen)."""
+    reduced, symbolic = kernel.domain.reduced, not kernel.domain.is_static
     rows = int(rows_of(kernel)) if rows is None else rows
     if not reduced:
-        block = min(_pow2(rows), 1 << 14 if interpret else 1024)
-        block = max(block, 16)
+        cap = 1 << 14 if interpret else 1024
+        block = max(cap if symbolic else min(_pow2(rows), cap), 16)
         return BlockConfig(block, 1, 4 if block <= 1024 else 8, max(1, -(-rows // block)))
     row_len = int(kernel.domain.row_len) if row_len is None else row_len
     block_k = max(2, _pow2(row_len))
     assert row_len <= MAX_ROW
     budget = (1 << 14) if interpret else 4096
-    block_r = max(2, min(_pow2(rows), budget // block_k))
+    block_r = max(2, budget // block_k if symbolic else min(_pow2(rows), budget // block_k))
     elems = block_r * block_k
     warps = 4 if elems <= 4096 else 8 if elems <= 8192 else 16
     return BlockConfig(block_r, block_k, warps, max(1, -(-rows // block_r)))

@@ -222,6 +222,10 @@ def test_symbolic_graph_compiles_once_and_answers_at_every_size():
         err = mismatch(compiled(*a), ir.run_reference(*a))
         assert err is None, f"at {[tuple(t.shape) for t in a if isinstance(t, torch.Tensor)]}: {err}"
     assert len(runtime._loaded) == loaded  # no kernel was generated or loaded for a new size
+    for launch in compiled.launches:  # Triton builds a binary per block size: only the row block varies
+        blocks = {(c.block_r, c.block_k, c.num_warps) for c in launch.configs.values()}
+        assert len(blocks) == len({c.block_k for c in launch.configs.values()}) >= 1
+    assert max(len(launch.configs) for launch in compiled.launches) == len(sizes)
 
 
 def test_symbolic_row_longer_than_a_block_runs_in_aten_for_that_call():
