@@ -1,26 +1,39 @@
 """Isolated trials: a candidate never run on this machine for this graph is first tried in a child process.
 
 A segfault, ``abort()`` or hang in a backend's compile or first calls then kills or stalls only the
-child. The parent ships the graph (its GraphModule pickles as Python code), the input kinds, copies
-of the inputs, the backend's name and the plugin module that provides it, with ``torch.save`` to a
-temporary file, and runs ``python -m torchmux.autotune.isolate FILE``. The child rebuilds the IR
-(re-normalizing the code restores each value's metadata), compiles the backend, calls it twice and
-prints one JSON line. The verdict — ``ok``, ``crashed with signal N``, ``exited with status N``,
-``timed out after S s`` — is remembered under ``$TORCHMUX_CACHE_DIR/trials/`` keyed like decisions
-(graph fingerprint, signature, backend name and version, mode, torch's and torchmux's versions), so
-the cost is paid once per graph and backend. What the child built reaches the parent through the
-backend's own disk cache (TVM libraries, ONNX models), not a second build.
+child. Every candidate is screened this way before the parent builds it (auto's candidates and a
+backend named with ``backend=`` alike; eager, the reference, never is), and only those that will be
+built: a decision already on disk runs without trials.
 
-Which candidates are isolated (``options={"isolate": ...}`` or ``TORCHMUX_ISOLATE``):
-``"third-party"`` (default: backends whose plugin is not torchmux itself; torchmux's own backends
-have passed its conformance suite, and isolating them would add a child's start, seconds, to every
-graph the test suite compiles), ``"all"``, or ``"off"``. A backend the child cannot find (an object
-passed as ``backend=`` rather than registered from a module) is run in-process, unisolated.
+**One child per process** (:class:`TrialChild`). ``compile()`` starts it (:func:`prestart`), so its
+start -- importing torch and Inductor, seconds -- overlaps Dynamo's capture in the parent; it then
+answers trial after trial, and only a trial that kills it costs a new start. Protocol, a line each
+way: the parent ``torch.save``-s a request (the graph, input kinds, copies of the inputs, backend
+name and plugin module, options, the cache settings of the moment) and writes its path; the child
+answers ``ready`` once it has rebuilt the graph (the deadline starts there) and then one JSON
+verdict. ``ok``, ``crashed with signal N``, ``exited with status N`` or ``timed out after S s`` is
+remembered under ``$TORCHMUX_CACHE_DIR/trials/`` keyed like decisions (graph fingerprint, signature,
+backend name and version, mode, torch's and torchmux's versions): the cost is paid once per graph
+and backend on a machine.
+
+**What the child built reaches the parent through the backends' own disk caches**, not a second
+build: the child rebuilds the parent's graph node for node (the pickled code re-read with frozen
+weights kept as ``get_attr``, each value's spec restored by fake propagation; a child graph whose
+structure differs from the parent's is refused) and takes the parent's fingerprint, so ONNX
+Runtime's models, TVM's libraries and Inductor's FX graph cache entries are found under the same
+keys. Not reused: Inductor graphs with frozen weights on the CPU, which Inductor itself does not
+cache (its mkldnn-packed weights do not pickle), are lowered again in the parent (the C++ it
+compiles is found in its code cache). ``python -m torchmux.bench.scripts.isolation_cold_start``
+measures the cost against ``torch.compile``'s first call.
+
+Which candidates are isolated (``options={"isolate": ...}`` or ``TORCHMUX_ISOLATE``): ``"all"``
+(default), ``"third-party"`` (backends whose plugin is not torchmux itself), or ``"off"``. A backend
+the child cannot find (an object passed as ``backend=`` rather than registered from a module) or a
+graph that does not pickle is run in-process, unisolated. Symbolic-shape graphs are not isolated.
 
 The deadline (``options={"trial_deadline": S}`` or ``TORCHMUX_TRIAL_DEADLINE``, default 300 s) covers
-the compile and the two calls; the child's own start (importing torch) has its own generous limit.
-A child past it is killed. A candidate that is *not* isolated (a built-in by default, a named
-backend, an object registered at run time) gets the same deadline in-process
+the compile and the two calls; the child's own start has its own generous limit. A child past it is
+killed. A candidate that is *not* isolated gets the same deadline in-process
 (:func:`torchmux.autotune.tuner.within_deadline`): its compile and two checked calls run in a daemon
 thread, and past the deadline the candidate fails as "timed out after S s" and that thread is
 abandoned -- Python cannot kill a thread, so it stays blocked, holding what it holds, until the process
@@ -147,13 +160,19 @@ def _ask_child(
             "device": [a.device.type if isinstance(a, torch.Tensor) else None for a in args],
             "mode": mode,
             "options": options,
+            "fingerprint": ir.fingerprint(),
+            "phase": ir.phase,
+            "structure": GraphIR(ir.gm, ir.input_kinds, name=ir.name, phase=ir.phase).fingerprint(),
             # the child was started earlier: it takes the cache folders and settings as they are now
             "env": {k: v for k, v in os.environ.items() if k.startswith(_FORWARDED)},
         }
+        tracer, ir.gm._tracer_cls = ir.gm._tracer_cls, _ExactTracer  # how the child re-reads the code
         try:
             torch.save(payload, path)
         except Exception:  # noqa: BLE001 -- a backend's fault of any kind is a measurement, never the user's crash
             return None  # a graph that does not pickle is tried in-process
+        finally:
+            ir.gm._tracer_cls = tracer
         return _SERVER.ask(path, deadline)
     finally:
         os.unlink(path)
@@ -283,17 +302,44 @@ def _serve() -> None:
     proto = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    import torch._dynamo  # noqa: F401 -- imported before the first request: the start-up is paid while the parent captures
+    # imported before the first request: the start-up is paid while the parent captures
+    import torch._dynamo  # noqa: F401
+    import torch._inductor.compile_fx  # noqa: F401
+    from torch.fx.passes import fake_tensor_prop  # noqa: F401
 
     from . import placement, verify  # noqa: F401
+
+    get_registry()
 
     for line in sys.stdin:
         verdict = _one(line.strip(), proto)
         print(json.dumps(verdict), file=proto, flush=True)
 
 
+def _rebuilt(gm: torch.fx.GraphModule, args: Sequence[Any], kinds: Any, name: str, phase: str) -> GraphIR:
+    """The parent's graph as it was: the unpickled code is the same graph, but each value's spec
+    (``meta["val"]``) does not survive pickling; propagating fake copies of the inputs restores it,
+    so the fingerprint, and with it every backend's cache key, is the parent's."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    FakeTensorProp(gm, mode).propagate(*args)
+    for node in gm.graph.nodes:
+        if node.op == "output":
+            node.meta.pop("val", None)  # as normalization leaves it
+    return GraphIR(gm, kinds, name=name, phase=phase).lint()
+
+
+class _ExactTracer(torch.fx.Tracer):
+    """How the child re-reads the pickled graph's code: a buffer (a frozen weight) stays a ``get_attr``
+    instead of being folded, with the ops on it, into new constants, so the child's graph is the
+    parent's node for node."""
+
+    proxy_buffer_attributes = True
+
+
 def _one(path: str, proto: Any) -> dict[str, Any]:
-    from ..core.trace import trace
     from .placement import build_placement
     from .verify import check_call
 
@@ -303,13 +349,20 @@ def _one(path: str, proto: Any) -> dict[str, Any]:
             del os.environ[k]
         os.environ.update(payload["env"])
         args = [a.to(d) if isinstance(a, torch.Tensor) else a for a, d in zip(payload["args"], payload["device"])]
-        ir = GraphIR(trace(payload["gm"], args, name=payload["name"]).gm, payload["kinds"], name=payload["name"])
+        ir = _rebuilt(payload["gm"], args, payload["kinds"], payload["name"], payload["phase"])
+        if ir.fingerprint() != payload["structure"]:  # not the parent's graph: its artifacts would not be the parent's
+            raise ValueError(f"the graph rebuilt in the child differs from the parent's ({payload['name']})")
+        ir._fingerprint = payload["fingerprint"]  # the parent's key, which may also name its frozen weights
         registry = get_registry()
         if payload["backend"] not in registry.names:
             with contextlib.suppress(Exception):  # not importable: answered "unknown" below
                 registry.register(__import__(payload["plugin"], fromlist=["_"]), payload["plugin"])
         backend = registry.get(payload["backend"]) if payload["backend"] in registry.names else None
     except Exception:  # noqa: BLE001 -- a request this child cannot rebuild: the parent runs the candidate unisolated
+        if os.environ.get("TORCHMUX_DEBUG_TRIALS"):
+            import traceback
+
+            traceback.print_exc()
         backend = None
     if backend is None:
         return {"unknown": True}
