@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ..autotune import isolate
 from ..autotune.runner import GraphRunner
 from ..core import settings
 from ..core.config import CompileConfig, resolve
@@ -68,6 +69,7 @@ def compile(
     config = resolve(backend, mode, options)
     settings.REMOTE_CACHE.get()  # a malformed TORCHMUX_REMOTE_CACHE is refused here, not at the first call
     watch_recompile_limit()  # Dynamo's silent switch to eager past its limit becomes a warning
+    isolate.prestart(config.backends, config.get("isolate") or settings.ISOLATE.get())  # trials' child, while capturing
     if config.get("mend"):  # remove graph breaks from the source first (frontends/mend/)
         from ..frontends.mend import mend, scoped
 

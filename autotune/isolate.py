@@ -1,26 +1,39 @@
 """Isolated trials: a candidate never run on this machine for this graph is first tried in a child process.
 
 A segfault, ``abort()`` or hang in a backend's compile or first calls then kills or stalls only the
-child. The parent ships the graph (its GraphModule pickles as Python code), the input kinds, copies
-of the inputs, the backend's name and the plugin module that provides it, with ``torch.save`` to a
-temporary file, and runs ``python -m torchmux.autotune.isolate FILE``. The child rebuilds the IR
-(re-normalizing the code restores each value's metadata), compiles the backend, calls it twice and
-prints one JSON line. The verdict — ``ok``, ``crashed with signal N``, ``exited with status N``,
-``timed out after S s`` — is remembered under ``$TORCHMUX_CACHE_DIR/trials/`` keyed like decisions
-(graph fingerprint, signature, backend name and version, mode, torch's and torchmux's versions), so
-the cost is paid once per graph and backend. What the child built reaches the parent through the
-backend's own disk cache (TVM libraries, ONNX models), not a second build.
+child. Every candidate is screened this way before the parent builds it (auto's candidates and a
+backend named with ``backend=`` alike; eager, the reference, never is), and only those that will be
+built: a decision already on disk runs without trials.
 
-Which candidates are isolated (``options={"isolate": ...}`` or ``TORCHMUX_ISOLATE``):
-``"third-party"`` (default: backends whose plugin is not torchmux itself; torchmux's own backends
-have passed its conformance suite, and isolating them would add a child's start, seconds, to every
-graph the test suite compiles), ``"all"``, or ``"off"``. A backend the child cannot find (an object
-passed as ``backend=`` rather than registered from a module) is run in-process, unisolated.
+**One child per process** (:class:`TrialChild`). ``compile()`` starts it (:func:`prestart`), so its
+start -- importing torch and Inductor, seconds -- overlaps Dynamo's capture in the parent; it then
+answers trial after trial, and only a trial that kills it costs a new start. Protocol, a line each
+way: the parent ``torch.save``-s a request (the graph, input kinds, copies of the inputs, backend
+name and plugin module, options, the cache settings of the moment) and writes its path; the child
+answers ``ready`` once it has rebuilt the graph (the deadline starts there) and then one JSON
+verdict. ``ok``, ``crashed with signal N``, ``exited with status N`` or ``timed out after S s`` is
+remembered under ``$TORCHMUX_CACHE_DIR/trials/`` keyed like decisions (graph fingerprint, signature,
+backend name and version, mode, torch's and torchmux's versions): the cost is paid once per graph
+and backend on a machine.
+
+**What the child built reaches the parent through the backends' own disk caches**, not a second
+build: the child rebuilds the parent's graph node for node (the pickled code re-read with frozen
+weights kept as ``get_attr``, each value's spec restored by fake propagation; a child graph whose
+structure differs from the parent's is refused) and takes the parent's fingerprint, so ONNX
+Runtime's models, TVM's libraries and Inductor's FX graph cache entries are found under the same
+keys. Not reused: Inductor graphs with frozen weights on the CPU, which Inductor itself does not
+cache (its mkldnn-packed weights do not pickle), are lowered again in the parent (the C++ it
+compiles is found in its code cache). ``python -m torchmux.bench.scripts.isolation_cold_start``
+measures the cost against ``torch.compile``'s first call.
+
+Which candidates are isolated (``options={"isolate": ...}`` or ``TORCHMUX_ISOLATE``): ``"all"``
+(default), ``"third-party"`` (backends whose plugin is not torchmux itself), or ``"off"``. A backend
+the child cannot find (an object passed as ``backend=`` rather than registered from a module) or a
+graph that does not pickle is run in-process, unisolated. Symbolic-shape graphs are not isolated.
 
 The deadline (``options={"trial_deadline": S}`` or ``TORCHMUX_TRIAL_DEADLINE``, default 300 s) covers
-the compile and the two calls; the child's own start (importing torch) has its own generous limit.
-A child past it is killed. A candidate that is *not* isolated (a built-in by default, a named
-backend, an object registered at run time) gets the same deadline in-process
+the compile and the two calls; the child's own start has its own generous limit. A child past it is
+killed. A candidate that is *not* isolated gets the same deadline in-process
 (:func:`torchmux.autotune.tuner.within_deadline`): its compile and two checked calls run in a daemon
 thread, and past the deadline the candidate fails as "timed out after S s" and that thread is
 abandoned -- Python cannot kill a thread, so it stays blocked, holding what it holds, until the process
@@ -30,14 +43,17 @@ is the user's own.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -51,6 +67,7 @@ from ..core.ir import GraphIR
 from ..core.registry import get_registry
 
 MODES = ("off", "third-party", "all")
+_FORWARDED = ("TORCHMUX_", "TORCHINDUCTOR_", "TRITON_", "TVM_", "ORT_", "OMP_", "CUDA_VISIBLE_DEVICES")
 STARTUP_SECONDS = 180.0  # importing torch and the backend in a cold child on a loaded machine
 
 
@@ -107,7 +124,7 @@ def trial(
     options: dict[str, Any],
     deadline: float,
 ) -> tuple[bool, str] | None:
-    """(ok, reason) for ``backend`` on this graph, from the disk or from a child; None: cannot isolate it."""
+    """(ok, reason) for ``backend`` on this graph, from the disk or from the trial child; None: cannot isolate it."""
     key = _key(ir, signature, backend, mode)
     if (old := remembered(key)) is not None:
         return old["ok"], old["reason"]
@@ -117,7 +134,7 @@ def trial(
         registry.package_of(backend.name) == "(registered at run time)" and plugin not in sys.modules
     ):
         return None  # an object registered at run time: a child could not rebuild it, so starting one is wasted
-    verdict = _run_child(ir, backend.name, plugin, args, mode, options, deadline)
+    verdict = _ask_child(ir, backend.name, plugin, args, mode, options, deadline)
     if verdict is None:
         return None
     try:
@@ -127,7 +144,7 @@ def trial(
     return verdict
 
 
-def _run_child(
+def _ask_child(
     ir: GraphIR, name: str, plugin: str, args: Sequence[Any], mode: str | None, options: dict[str, Any], deadline: float
 ) -> tuple[bool, str] | None:
     fd, path = tempfile.mkstemp(prefix="torchmux-trial-", suffix=".pt")
@@ -143,94 +160,219 @@ def _run_child(
             "device": [a.device.type if isinstance(a, torch.Tensor) else None for a in args],
             "mode": mode,
             "options": options,
+            "fingerprint": ir.fingerprint(),
+            "phase": ir.phase,
+            "structure": GraphIR(ir.gm, ir.input_kinds, name=ir.name, phase=ir.phase).fingerprint(),
+            # the child was started earlier: it takes the cache folders and settings as they are now
+            "env": {k: v for k, v in os.environ.items() if k.startswith(_FORWARDED)},
         }
+        tracer, ir.gm._tracer_cls = ir.gm._tracer_cls, _ExactTracer  # how the child re-reads the code
         try:
             torch.save(payload, path)
         except Exception:  # noqa: BLE001 -- a backend's fault of any kind is a measurement, never the user's crash
             return None  # a graph that does not pickle is tried in-process
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-        child = subprocess.Popen(
-            [sys.executable, "-m", "torchmux.autotune.isolate", path],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE if os.environ.get("TORCHMUX_DEBUG_TRIALS") else subprocess.DEVNULL,
-            text=True,
-        )
-        return _wait(child, deadline)
+        finally:
+            ir.gm._tracer_cls = tracer
+        return _SERVER.ask(path, deadline)
     finally:
         os.unlink(path)
 
 
-def _wait(child: subprocess.Popen, deadline: float) -> tuple[bool, str] | None:
-    """Read the child's lines: "ready" starts the deadline, the JSON verdict ends it."""
+class TrialChild:
+    """The child process that runs trials, one at a time, for as long as the parent lives.
+
+    Started at most once per parent (and again only after a trial killed it), so importing torch in
+    a child is paid once, not per trial; :func:`prestart` starts it early, while Dynamo captures.
+    The protocol, one line each way: the parent writes the path of a ``torch.save``'d request; the
+    child answers ``ready`` once the request is loaded (the trial's deadline starts there) and then
+    one JSON verdict. The child's fd 1 carries only this protocol: a backend's own prints go to its
+    stderr. A child that a process forked from the parent would share is not used: a new one starts.
+    """
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+        self.trials = 0  # requests answered or not, in this process (the tests count them)
+        self.starts = 0  # children started in this process
+
+    def start(self) -> subprocess.Popen:
+        if self._proc is None or self._proc.poll() is not None or self._pid != os.getpid():
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "torchmux.autotune.isolate"],
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=None if os.environ.get("TORCHMUX_DEBUG_TRIALS") else subprocess.DEVNULL,
+                text=True,
+            )
+            self._pid = os.getpid()
+            self.starts += 1
+        return self._proc
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._proc is not None and self._pid == os.getpid():
+                _kill(self._proc)
+            self._proc = None
+
+    def ask(self, path: str, deadline: float) -> tuple[bool, str] | None:
+        with self._lock:
+            self.trials += 1
+            child = self.start()
+            assert child.stdin is not None and child.stdout is not None
+            try:
+                child.stdin.write(path + "\n")
+                child.stdin.flush()
+            except OSError:  # it died since the last trial (and the poll above)
+                self._proc = None
+                child = self.start()
+                assert child.stdin is not None
+                child.stdin.write(path + "\n")
+                child.stdin.flush()
+            verdict, alive = _wait(child, deadline)
+            if not alive:
+                _kill(child)
+                self._proc = None
+            return verdict
+
+
+def _kill(child: subprocess.Popen) -> None:
+    if child.poll() is None:
+        child.kill()
+    child.wait()
+    for stream in (child.stdin, child.stdout):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+
+
+def _wait(child: subprocess.Popen, deadline: float) -> tuple[tuple[bool, str] | None, bool]:
+    """Read the child's lines: "ready" starts the deadline, the JSON verdict ends it. Returns the
+    verdict (None: the child could not run it) and whether the child is still usable. Lines are read
+    from the file descriptor itself (``os.read``): a buffered reader could hold the verdict line in
+    its buffer while ``select`` waits for the descriptor."""
     assert child.stdout is not None
+    fd = child.stdout.fileno()
     limit = time.monotonic() + STARTUP_SECONDS
     started = None
-    import selectors
-
-    sel = selectors.DefaultSelector()
-    sel.register(child.stdout, selectors.EVENT_READ)
-    try:
-        while True:
-            left = limit - time.monotonic()
-            if left <= 0:
-                child.kill()
-                child.wait()
-                return (False, f"timed out after {deadline:g} s (isolated trial)") if started else None
-            if not sel.select(timeout=left):
-                continue
-            line = child.stdout.readline()
-            if not line:  # the child is gone
-                code = child.wait()
-                if code < 0:
-                    return False, f"crashed with signal {-code} ({signal.Signals(-code).name}) in an isolated trial"
-                return False, f"exited with status {code} in an isolated trial"
-            if line.strip() == "ready":
+    pending = b""
+    while True:
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            if line.strip() == b"ready":
                 started = time.monotonic()
                 limit = started + deadline
-                continue
-            if line.startswith("{"):
+            elif line.startswith(b"{"):
                 verdict = json.loads(line)
-                child.wait()
                 if verdict.get("unknown"):
-                    return None
-                return bool(verdict["ok"]), str(verdict["reason"])
-    finally:
-        sel.close()
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        child.stdout.close()
+                    return None, True
+                return (bool(verdict["ok"]), str(verdict["reason"])), True
+        left = limit - time.monotonic()
+        if left <= 0:
+            return ((False, f"timed out after {deadline:g} s (isolated trial)") if started else None), False
+        readable, _, _ = select.select([fd], [], [], left)
+        if not readable:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:  # the child is gone
+            code = child.wait()
+            if code < 0:
+                return (False, f"crashed with signal {-code} ({signal.Signals(-code).name}) in an isolated trial"), False
+            return (False, f"exited with status {code} in an isolated trial"), False
+        pending += chunk
 
 
-def _child(path: str) -> None:
-    """The child's side: rebuild the IR and the backend, compile, call twice, print the verdict."""
-    import torch._dynamo
+_SERVER = TrialChild()
+atexit.register(_SERVER.stop)
 
+
+def prestart(backends: Sequence[Any], mode: str) -> None:
+    """Start the trial child now if ``mode`` isolates one of ``backends``, so that importing torch there
+    overlaps the parent's capture instead of delaying the first trial (compile() calls this)."""
+    if any(wanted(b, mode) for b in backends):
+        with _SERVER._lock:
+            _SERVER.start()
+
+
+def _serve() -> None:
+    """The child's side: for each request path on stdin, rebuild the IR and the backend, compile, call
+    twice, print the verdict. Its fd 1 is the protocol; everything else printed goes to stderr."""
+    proto = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    # imported before the first request: the start-up is paid while the parent captures
+    import torch._dynamo  # noqa: F401
+    import torch._inductor.compile_fx  # noqa: F401
+    from torch.fx.passes import fake_tensor_prop  # noqa: F401
+
+    from . import placement, verify  # noqa: F401
+
+    get_registry()
+
+    for line in sys.stdin:
+        verdict = _one(line.strip(), proto)
+        print(json.dumps(verdict), file=proto, flush=True)
+
+
+def _rebuilt(gm: torch.fx.GraphModule, args: Sequence[Any], kinds: Any, name: str, phase: str) -> GraphIR:
+    """The parent's graph as it was: the unpickled code is the same graph, but each value's spec
+    (``meta["val"]``) does not survive pickling; propagating fake copies of the inputs restores it,
+    so the fingerprint, and with it every backend's cache key, is the parent's."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    FakeTensorProp(gm, mode).propagate(*args)
+    for node in gm.graph.nodes:
+        if node.op == "output":
+            node.meta.pop("val", None)  # as normalization leaves it
+    return GraphIR(gm, kinds, name=name, phase=phase).lint()
+
+
+class _ExactTracer(torch.fx.Tracer):
+    """How the child re-reads the pickled graph's code: a buffer (a frozen weight) stays a ``get_attr``
+    instead of being folded, with the ops on it, into new constants, so the child's graph is the
+    parent's node for node."""
+
+    proxy_buffer_attributes = True
+
+
+def _one(path: str, proto: Any) -> dict[str, Any]:
     from .placement import build_placement
     from .verify import check_call
 
-    payload = torch.load(path, weights_only=False)
-    args = [a.to(d) if isinstance(a, torch.Tensor) else a for a, d in zip(payload["args"], payload["device"])]
-    from ..core.trace import trace
-
-    ir = GraphIR(trace(payload["gm"], args, name=payload["name"]).gm, payload["kinds"], name=payload["name"])
-    registry = get_registry()
-    if payload["backend"] not in registry.names:
-        with contextlib.suppress(Exception):  # not importable: answered "unknown" below
-            registry.register(__import__(payload["plugin"], fromlist=["_"]), payload["plugin"])
-    if payload["backend"] not in registry.names:
-        print(json.dumps({"unknown": True}), flush=True)
-        return
-    backend = registry.get(payload["backend"])
-    print("ready", flush=True)
     try:
-        placement = build_placement(ir, backend, args, mode=payload["mode"], options=payload["options"])
-        _, wrong = check_call(ir, placement.fn, args, twice=True)
-        verdict = {"ok": True, "reason": ""} if wrong is None else {"ok": True, "reason": f"(ran; {wrong})"}
+        payload = torch.load(path, weights_only=False)
+        for k in [k for k in os.environ if k.startswith(_FORWARDED)]:
+            del os.environ[k]
+        os.environ.update(payload["env"])
+        args = [a.to(d) if isinstance(a, torch.Tensor) else a for a, d in zip(payload["args"], payload["device"])]
+        ir = _rebuilt(payload["gm"], args, payload["kinds"], payload["name"], payload["phase"])
+        if ir.fingerprint() != payload["structure"]:  # not the parent's graph: its artifacts would not be the parent's
+            raise ValueError(f"the graph rebuilt in the child differs from the parent's ({payload['name']})")
+        ir._fingerprint = payload["fingerprint"]  # the parent's key, which may also name its frozen weights
+        registry = get_registry()
+        if payload["backend"] not in registry.names:
+            with contextlib.suppress(Exception):  # not importable: answered "unknown" below
+                registry.register(__import__(payload["plugin"], fromlist=["_"]), payload["plugin"])
+        backend = registry.get(payload["backend"]) if payload["backend"] in registry.names else None
+    except Exception:  # noqa: BLE001 -- a request this child cannot rebuild: the parent runs the candidate unisolated
+        if os.environ.get("TORCHMUX_DEBUG_TRIALS"):
+            import traceback
+
+            traceback.print_exc()
+        backend = None
+    if backend is None:
+        return {"unknown": True}
+    print("ready", file=proto, flush=True)
+    try:
+        built = build_placement(ir, backend, args, mode=payload["mode"], options=payload["options"])
+        _, wrong = check_call(ir, built.fn, args, twice=True)
+        return {"ok": True, "reason": ""} if wrong is None else {"ok": True, "reason": f"(ran; {wrong})"}
     except Exception as e:  # noqa: BLE001 -- an exception is no danger to the parent: it measures the candidate itself
-        verdict = {"ok": True, "reason": f"(raised {type(e).__name__})"}
-    print(json.dumps(verdict), flush=True)
+        return {"ok": True, "reason": f"(raised {type(e).__name__})"}
 
 
 def screen(
@@ -260,4 +402,4 @@ def screen(
 
 
 if __name__ == "__main__":
-    _child(sys.argv[1])
+    _serve()

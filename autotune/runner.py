@@ -151,18 +151,6 @@ class GraphRunner:
             if (why := verify.demoted(ir, sig, b))
         ]
         candidates = [b for b in candidates if b.name not in {m.backend for m in demotions}]
-        if config.auto and len(candidates) > 1:  # isolate.py: a crash or hang in a new candidate stays in a child
-            candidates, unsafe = isolate.screen(
-                ir,
-                sig,
-                candidates,
-                args,
-                mode=config.mode,
-                options=config.options_for,
-                isolation=config.get("isolate") or settings.ISOLATE.get(),
-                deadline=self._deadline,
-            )
-            demotions += [Measurement(name, math.inf, False, why) for name, why in unsafe]
         registry = get_registry()
         tuned = config.auto and len(candidates) > 1
         key = cache.decision_key(self.ir, sig, candidates, config.mode, config.split_segments, frozen) if tuned else ""
@@ -184,6 +172,19 @@ class GraphRunner:
             device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
             left_out = screen.skipped(ir, candidates, device, config.mode) if config.auto else {}
             built = [b for b in candidates if b.name not in left_out]
+            # isolate.py: a crash or hang in a candidate new to this graph stays in a child; only what is built
+            built, unsafe = isolate.screen(
+                ir,
+                sig,
+                built,
+                args,
+                mode=config.mode,
+                options=config.options_for,
+                isolation=config.get("isolate") or settings.ISOLATE.get(),
+                deadline=self._deadline,
+            )
+            demotions += [Measurement(name, math.inf, False, why) for name, why in unsafe]
+            candidates = [b for b in candidates if b.name not in dict(unsafe)]  # nor in a split's pieces
             bar = progress.for_graph(ir.name, len(candidates)) if tuned else None
             try:
                 results = (

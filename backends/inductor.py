@@ -45,7 +45,6 @@ class InductorBackend(extend.Backend):
         return node.target is not getattr(torch.ops.higher_order, "while_loop", None) and super().supports(node)
 
     def compile(self, request: extend.CompileRequest) -> extend.CompiledGraph:
-        from torch._inductor import compile_fx
 
         config_patches: dict = {}
         if request.mode in ("max-autotune", "max-autotune-no-cudagraphs"):
@@ -58,8 +57,7 @@ class InductorBackend(extend.Backend):
         gm = _views_as_reshapes(request.ir.gm)
         compiled: Callable[..., Sequence[torch.Tensor]]
         if request.ir.is_static:
-            # typed as a union of its modes' results; this mode returns the callable
-            compiled = compile_fx.compile_fx(gm, list(request.example_inputs), config_patches=config_patches)  # type: ignore[assignment]
+            compiled = _compile_static(gm, list(request.example_inputs), config_patches)  # type: ignore[assignment]  # as below
         else:  # symbolic: compile for the graph's symbols (its fake values), not the first call's sizes
             compiled = _compile_symbolic(gm, request.ir, config_patches)  # type: ignore[assignment]  # as above
 
@@ -67,6 +65,19 @@ class InductorBackend(extend.Backend):
             return list(compiled(*args))
 
         return run
+
+
+def _compile_static(gm: torch.fx.GraphModule, example_inputs: list, config_patches: dict) -> object:
+    """Inductor over a static graph, inside a tracing context whose fake mode has a shape environment,
+    as under Dynamo: without one Inductor bypasses its FX graph cache ("No shape env"), so every
+    process, and an isolated trial's parent after its child, would lower and generate the code again."""
+    from torch._guards import TracingContext, tracing
+    from torch._inductor import compile_fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    with tracing(TracingContext(FakeTensorMode(shape_env=ShapeEnv()))):
+        return compile_fx.compile_fx(gm, example_inputs, config_patches=config_patches)
 
 
 def _compile_symbolic(gm: torch.fx.GraphModule, ir: extend.GraphIR, config_patches: dict) -> object:

@@ -28,7 +28,7 @@ OWN_OPTIONS: dict[str, tuple[type, Any, str]] = {
         str,
         None,
         "which candidates auto tries first in a child process: 'off', 'third-party', 'all' "
-        "(default: TORCHMUX_ISOLATE, else 'third-party')",
+        "(default: TORCHMUX_ISOLATE, else 'all')",
     ),
     "trial_deadline": (
         float,

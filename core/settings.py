@@ -132,10 +132,10 @@ DISTRIBUTED_TIMEOUT = _define(
 )
 ISOLATE = _define(
     "TORCHMUX_ISOLATE",
-    "third-party",
+    "all",
     lambda raw: _choice(raw, ("off", "third-party", "all")),
     "Which candidate backends auto tries first in a child process (a crash or hang there cannot take the "
-    "program down): 'third-party' (default: plugins not shipped with torchmux), 'all', or 'off'. "
+    "program down): 'all' (default), 'third-party' (plugins not shipped with torchmux), or 'off'. "
     "The option isolate=... overrides it per compile().",
 )
 TRIAL_DEADLINE = _define(

@@ -1,21 +1,73 @@
-# cold-start cost of one isolated trial (child start + rebuild + compile + 2 calls), and of a remembered verdict
+"""What isolated trials cost on a cold start: auto's first call with ``isolate="off"`` and ``"all"``.
+
+Each run is a fresh process with fresh caches (torchmux's and Inductor's), so every candidate is
+built from nothing; the two settings alternate, run after run, so a busy machine slows both alike.
+A third column is the warm start (second process, same caches) after an ``"all"`` run: the verdicts
+and the decision are on disk, so no child is asked anything.
+
+    python -m torchmux.bench.scripts.isolation_cold_start --models mlp,resnet --repeats 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
 import sys
-import time
+import tempfile
 
-import torch
-
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2] / "tests" / "autotune"))
-import faulty_backends  # type: ignore[import-not-found]  # tests/autotune, put on sys.path above
-
-import torchmux
+_CHILD = r"""
+import json, sys, time, warnings
+import torch, torchmux
 from torchmux.autotune import isolate
-from torchmux.core.registry import get_registry
-from torchmux.core.trace import trace
+from torchmux.bench import zoo
+torch.set_num_threads(1)
+model, args = zoo.build(sys.argv[1], 8)
+t0 = time.perf_counter()
+with torch.no_grad(), warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    compiled = torch.compile(model) if sys.argv[2] == "torch.compile" else torchmux.compile(model, backend="auto")
+    compiled(*args)
+print(json.dumps({"seconds": time.perf_counter() - t0, "trials": isolate._SERVER.trials}))
+"""
 
-torchmux.register_plugin(faulty_backends, "faulty_backends")
-ir = trace(lambda x: torch.relu(x) * 2 + 1, [torch.randn(4, 8)])
-b = get_registry().get("fault_wrong_nan")
-for label in ("cold", "remembered"):
-    t0 = time.perf_counter()
-    v = isolate.trial(ir, ("sig",), b, [torch.randn(4, 8)], mode=None, options={}, deadline=60)
-    print(label, f"{time.perf_counter() - t0:.2f} s", v)
+
+def first_call(model: str, isolation: str, cache: str) -> dict[str, float]:
+    env = dict(
+        os.environ,
+        TORCHMUX_CACHE_DIR=os.path.join(cache, "torchmux"),
+        TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"),
+        TORCHMUX_ISOLATE=isolation if isolation != "torch.compile" else "off",
+    )
+    out = subprocess.run([sys.executable, "-c", _CHILD, model, isolation], env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="mlp,resnet")
+    ap.add_argument("--repeats", type=int, default=2)
+    a = ap.parse_args()
+    print(
+        f"{'model':10} {'torch.compile':>13} {'auto off':>9} {'auto all':>9} {'all/off':>8} {'all/tc':>7} "
+        f"{'warm all':>9} {'trials':>7}   (seconds, first call, fresh caches)"
+    )
+    for model in a.models.split(","):
+        tc, off, on, warm, trials = [], [], [], [], 0
+        for _ in range(a.repeats):
+            with tempfile.TemporaryDirectory() as c0, tempfile.TemporaryDirectory() as c1:
+                with tempfile.TemporaryDirectory() as c2:
+                    tc.append(first_call(model, "torch.compile", c0)["seconds"])
+                    off.append(first_call(model, "off", c1)["seconds"])
+                    r = first_call(model, "all", c2)
+                    on.append(r["seconds"])
+                    trials = int(r["trials"])
+                    warm.append(first_call(model, "all", c2)["seconds"])
+        t, o, n, w = (statistics.median(v) for v in (tc, off, on, warm))
+        print(f"{model:10} {t:13.2f} {o:9.2f} {n:9.2f} {n / o:8.2f} {n / t:7.2f} {w:9.2f} {trials:7d}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
