@@ -21,7 +21,9 @@ Pipeline (``mend(model)``, run by ``torchmux.compile`` and ``torchmux.explain`` 
      ``torch.cond`` (``and``/``or`` of tensor tests included, with Python's short circuit);
    - :mod:`.loops`: ``while <tensor>`` (a Python counter beside it included) and
      ``for _ in range(<tensor data>)`` -> ``torch.while_loop``; ``for layer in layers: ...;
-     if <tensor>: break`` -> a masked loop (values frozen once the test held).
+     if <tensor>: break`` -> a masked loop (values frozen once the test held);
+   - :mod:`.rnn`: an ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` submodule gets a forward (on the instance)
+     that Dynamo traces as plain tensor ops;
 
    :mod:`.analysis` holds what the rules share (name resolution, purity, AST helpers). Every rewrite
    keeps the user's statements behind a guard decided while Dynamo traces (:mod:`.runtime`): when the
@@ -53,6 +55,7 @@ from typing import Any
 
 import torch
 
+from . import rnn
 from . import runtime as rt
 from .analysis import RT, TYPE_PARAMS, Context
 from .statements import rewrite
@@ -113,8 +116,9 @@ def mend(model: Any) -> tuple[Any, Rewrites]:
     """
     notes: list[int] = []
     if isinstance(model, torch.nn.Module):
-        for m in model.modules():
+        for name, m in model.named_modules():
             _install(m, notes)
+            rnn.install(m, _where(model, name), notes)
         return model, Rewrites(notes)
     if isinstance(model, types.MethodType) and isinstance(model.__func__, types.FunctionType):
         done = mend_function(_original(model.__func__), method=True)
@@ -150,6 +154,13 @@ def mended(model: Any, enabled: bool = True) -> Iterator[tuple[Any, Rewrites]]:
                     and hasattr(vars(m)[name].__func__, "_torchmux_mended_from")
                 ):
                     delattr(m, name)
+
+
+def _where(model: torch.nn.Module, name: str) -> str:
+    """"file:line: self.<name>" for submodule ``name`` of ``model``: the model's forward, where it is called."""
+    code = getattr(type(model).forward, "__code__", None)
+    place = f"{code.co_filename}:{code.co_firstlineno}" if code else type(model).__qualname__
+    return f"{place}: self.{name}" if name else place
 
 
 def _bound_state(model: Any) -> list[tuple[Any, set[str]]]:

@@ -1043,9 +1043,6 @@ def _programs() -> list[Program]:
             "legacy autograd",
             "Variable(torch.zeros(...)) as the initial hidden state",
             lambda: (LegacyGRUEncoder(), (seq(),)),
-            graphs=1,
-            breaks=1,
-            note="Dynamo does not trace nn.GRU (allow_rnn is off, see mend/switches.py): the call runs eagerly",
         ),
         P(
             "legacy_mask_no_grad",
@@ -1401,9 +1398,6 @@ def _programs() -> list[Program]:
             "research modules",
             "LSTM classifier",
             lambda: (LSTMClassifier(), (seq(),)),
-            graphs=0,
-            breaks=1,
-            note="Dynamo does not trace nn.LSTM (allow_rnn is off, see mend/switches.py): forward is skipped",
         ),
         P(
             "embedding_mean",

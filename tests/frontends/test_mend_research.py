@@ -1,0 +1,125 @@
+"""The mend rules for research code's breaks: RNN modules, attribute dicts, Python tests of tensor data.
+
+Each rule is checked for one graph where it applies, eager's values (and gradients), and the original
+behaviour where it does not apply.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.nn.utils.rnn import pack_padded_sequence
+
+import torchmux
+
+
+def explain(model, *args):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torchmux.explain(model, *args, backend="eager")
+
+
+def compiled(model):
+    torch._dynamo.reset()
+    return torchmux.compile(model, backend="eager")
+
+
+def _flat(out):
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _flat(o)]
+    return [out]
+
+
+# --- rnn.py: nn.LSTM / nn.GRU / nn.RNN written out in tensor ops -------------------------------------
+
+
+class Recurrent(nn.Module):
+    def __init__(self, rnn: nn.Module) -> None:
+        super().__init__()
+        self.rnn = rnn
+        self.head = nn.Linear(2 * 8, 3)
+
+    def forward(self, x, hx=None):
+        out, h = self.rnn(x, hx)
+        return self.head(out[:, -1]), h
+
+
+RNNS = [
+    lambda: nn.LSTM(5, 8, num_layers=2, bidirectional=True, batch_first=True),
+    lambda: nn.GRU(5, 8, num_layers=2, bidirectional=True, batch_first=True),
+    lambda: nn.RNN(5, 8, num_layers=2, bidirectional=True, batch_first=True, nonlinearity="relu"),
+]
+
+
+@pytest.mark.parametrize("make", RNNS, ids=["lstm", "gru", "rnn"])
+def test_rnn_module_is_one_graph_with_eagers_values_and_gradients(make) -> None:
+    torch.manual_seed(0)
+    model = Recurrent(make())
+    x = torch.randn(3, 6, 5)
+    hx = torch.randn(4, 3, 8)
+    hx = (hx, torch.randn(4, 3, 8)) if isinstance(model.rnn, nn.LSTM) else hx
+    rep = explain(model, x, hx)
+    assert (rep.graph_count, rep.graph_break_count) == (1, 0)
+    assert any("recurrence in tensor ops" in r for r in rep.rewrites)
+    fast = compiled(model)
+    got, want = fast(x, hx), model(x, hx)
+    for a, b in zip(_flat(got), _flat(want)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    _flat(got)[0].sum().backward()  # under autograd (AOTAutograd could not run torch.lstm there)
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    _flat(want)[0].sum().backward()
+    for a, b in zip(grads, [p.grad for p in model.parameters()]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_rnn_outside_dynamo_runs_the_class_forward_and_packed_input_runs_eagerly() -> None:
+    torch.manual_seed(0)
+    lstm = nn.LSTM(5, 8, batch_first=True)
+    model = Recurrent(nn.LSTM(5, 16, batch_first=True))
+    fast = compiled(model)
+    x = torch.randn(2, 4, 5)
+    fast(x)
+    assert "forward" in vars(model.rnn)  # installed on the instance only
+    assert "forward" not in vars(lstm) and type(model.rnn).forward is nn.LSTM.forward
+    out_mended, _ = model.rnn(x)  # no Dynamo: the class's own forward, bit for bit
+    out_plain, _ = nn.LSTM.forward(model.rnn, x)
+    assert torch.equal(out_mended, out_plain)
+
+    class Packed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = nn.GRU(5, 8, batch_first=True)
+
+        def forward(self, x, lengths):
+            _, h = self.rnn(pack_padded_sequence(x, lengths, batch_first=True))
+            return h[-1] * 2
+
+    packed, lengths = Packed(), torch.tensor([4, 2])
+    torch.testing.assert_close(compiled(packed)(x, lengths), packed(x, lengths))
+
+
+def test_rnn_dynamo_reaches_unmended_is_run_as_captured_not_crashed() -> None:
+    """An RNN that is not a submodule (in a plain list) reaches the graph as torch.lstm under allow_rnn:
+    the graph runs as Dynamo captured it, with eager's values and gradients."""
+    torch.manual_seed(0)
+
+    class Hidden(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(8, 2)
+            self.rnns = [nn.LSTM(5, 8)]  # not registered: mend does not see it
+
+        def forward(self, x):
+            out, _ = self.rnns[0](x)
+            return self.fc(out[-1])
+
+    model, x = Hidden(), torch.randn(4, 3, 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = compiled(model)(x)
+    torch.testing.assert_close(got, model(x))
+    got.sum().backward()
