@@ -146,6 +146,7 @@ class Context:
     notes: list[int] = field(default_factory=list)  # keys of _mend_rt.NOTES
     counter: int = 0
     module_names: set[str] = field(default_factory=set)  # local names a rule vouches are modules it checks
+    attr_dicts: frozenset[str] = frozenset()  # self.<name> that hold attribute dicts (:mod:`.attrs`)
 
     def fresh(self, stem: str) -> str:
         self.counter += 1

@@ -11,6 +11,7 @@ Pipeline (``mend(model)``, run by ``torchmux.compile`` and ``torchmux.explain`` 
    ``__names`` or frame introspection, do nothing. The source must be what the code was compiled from.
 2. **Rewrite the AST** (:mod:`.statements` walks the body and hands each statement to its rule):
 
+   - :mod:`.attrs`: ``cfg.scale`` on a dict with ``__getattr__ = dict.__getitem__`` -> ``cfg["scale"]``;
    - :mod:`.legacy`: ``Variable(t)`` -> ``t.detach()``;
    - :mod:`.expressions`: ``a if <tensor> else b`` -> ``torch.where`` / ``torch.cond``;
    - :mod:`.effects`: ``print`` / ``warnings.warn`` / logging statements are replayed after the graph
@@ -55,7 +56,7 @@ from typing import Any
 
 import torch
 
-from . import rnn
+from . import attrs, rnn
 from . import runtime as rt
 from .analysis import RT, TYPE_PARAMS, Context
 from .statements import rewrite
@@ -77,7 +78,8 @@ class Mended:
     source: str = ""  # the rewritten function, for reading (:func:`source_of`)
 
 
-_CACHE: weakref.WeakKeyDictionary[Any, dict[bool, Mended]] = weakref.WeakKeyDictionary()  # fn -> method? -> result
+_CACHE: weakref.WeakKeyDictionary[Any, dict[tuple[bool, frozenset[str]], Mended]] = weakref.WeakKeyDictionary()
+# fn -> (method?, self.<attribute dicts>) -> result
 
 
 class Rewrites:
@@ -121,7 +123,8 @@ def mend(model: Any) -> tuple[Any, Rewrites]:
             rnn.install(m, _where(model, name), notes)
         return model, Rewrites(notes)
     if isinstance(model, types.MethodType) and isinstance(model.__func__, types.FunctionType):
-        done = mend_function(_original(model.__func__), method=True)
+        held = attrs.held_by(model.__self__) if hasattr(model.__self__, "__dict__") else frozenset()
+        done = mend_function(_original(model.__func__), method=True, attr_dicts=held)
         if done.func is None:
             return model, Rewrites([])
         return types.MethodType(done.func, model.__self__), Rewrites(done.notes)
@@ -184,7 +187,7 @@ def _install(m: torch.nn.Module, notes: list[int]) -> None:
         fn = inspect.getattr_static(cls, name, None)
         if not isinstance(fn, types.FunctionType) or not _is_user_code(fn):
             continue
-        done = mend_function(fn, method=True)
+        done = mend_function(fn, method=True, attr_dicts=attrs.held_by(m))
         todo.extend(done.methods)
         if done.func is not None:
             object.__setattr__(m, name, types.MethodType(done.func, m))
@@ -196,17 +199,22 @@ def _is_user_code(fn: types.FunctionType) -> bool:
     return not (path.startswith(_TORCH_DIR) or path.startswith(_OWN_DIR) or fn.__code__.co_filename.startswith("<"))
 
 
-def mend_function(fn: types.FunctionType, method: bool, depth: int = 0) -> Mended:
-    """The mended version of ``fn`` (cached), or ``Mended(None)`` when nothing fired or it cannot be done."""
+def mend_function(
+    fn: types.FunctionType, method: bool, depth: int = 0, attr_dicts: frozenset[str] = frozenset()
+) -> Mended:
+    """The mended version of ``fn`` (cached), or ``Mended(None)`` when nothing fired or it cannot be done.
+
+    ``attr_dicts``: the ``self.<name>`` that hold attribute dicts on the instance (:mod:`.attrs`)."""
     known = _CACHE.setdefault(fn, {})
-    if method in known:
-        return known[method]
-    known[method] = Mended(None)  # recursion guard: a function calling itself is followed once
+    key = (method, attr_dicts)
+    if key in known:
+        return known[key]
+    known[key] = Mended(None)  # recursion guard: a function calling itself is followed once
     try:
-        result = _mend(fn, method, depth)
+        result = _mend(fn, method, depth, attr_dicts)
     except (OSError, TypeError, SyntaxError, IndentationError):  # no source, or not a plain def
         result = Mended(None)
-    known[method] = result
+    known[key] = result
     return result
 
 
@@ -247,13 +255,14 @@ def _parse(fn: types.FunctionType) -> ast.FunctionDef | None:
     return fdef if _same_code(fn, fdef) else None
 
 
-def _mend(fn: types.FunctionType, method: bool, depth: int) -> Mended:
+def _mend(fn: types.FunctionType, method: bool, depth: int, attr_dicts: frozenset[str]) -> Mended:
     fdef = _parse(fn)
     if fdef is None:
         return Mended(None)
     filename = fn.__code__.co_filename
     args = fdef.args.posonlyargs + fdef.args.args
     ctx = Context(filename, fn.__globals__, fn.__name__, args[0].arg if method and args else None)
+    ctx.attr_dicts = attr_dicts
     rewrite(fdef, ctx)
     injected: dict[str, Any] = {RT: rt}
     if depth < _MAX_DEPTH:

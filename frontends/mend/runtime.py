@@ -62,8 +62,15 @@ def note(text: str) -> int:
 
 def fired(key: int) -> bool:
     """Record, while Dynamo traces (``comptime``; nothing at run time), that rewrite ``key`` took effect."""
-    comptime(lambda ctx: FIRED.add(ctx.get_local("key").as_python_constant()))
+    comptime(lambda ctx: _record(ctx.get_local("key")))
     return True
+
+
+def _record(key: Any) -> None:
+    # a runtime helper compiled as a frame of its own (after a break in its caller) may see its key as a
+    # symbolic int once it recompiles: then the rewrite is not reported rather than failing the trace
+    if key.is_python_constant():
+        FIRED.add(key.as_python_constant())
 
 
 def register(effect: Effect) -> int:
@@ -487,6 +494,31 @@ def variable(note: int, data: Any) -> Any:
         fired(note)
         return data.detach()
     return torch.autograd.Variable(data)
+
+
+# --- attribute dicts (``attrs``) ----------------------------------------------------------------------
+
+
+def attr(note: int, obj: Any, name: str) -> Any:
+    """``obj.<name>``. While Dynamo traces an attribute dict (``__getattr__ = dict.__getitem__`` or
+    ``dict.get``) without that name on its class or in its ``__dict__``, Python's lookup ends in that
+    ``__getattr__``: read the item the same way (Dynamo refuses the C ``__getattr__`` itself)."""
+    if isinstance(obj, dict) and torch.compiler.is_compiling() and not hasattr(type(obj), name) and _no_own(obj):
+        getter, cls = getattr(type(obj), "__getattr__", None), type(obj)
+        if getter is dict.__getitem__ and cls.__getitem__ is dict.__getitem__:
+            fired(note)
+            return obj[name]
+        if getter is dict.get and cls.get is dict.get:
+            fired(note)
+            return obj.get(name)
+    return getattr(obj, name)
+
+
+def _no_own(obj: Any) -> bool:
+    try:
+        return not vars(obj)
+    except TypeError:  # __slots__: no instance attributes at all
+        return True
 
 
 # --- a for loop with ``if <tensor>: break`` (``loops.break_convert``) ----------------------------------

@@ -14,6 +14,7 @@ import copy
 
 from . import runtime as rt
 from .analysis import Context, fired_stmt, loaded_names, located, maybe_tensor_test, name_node, names_stored, rt_call
+from .attrs import attribute_dicts
 from .branches import BranchRules
 from .checks import CheckRules
 from .effects import defer
@@ -40,6 +41,7 @@ def rewrite(fdef: ast.FunctionDef, ctx: Context) -> int:
         for t in st.targets
         if isinstance(t, ast.Name)
     }
+    attribute_dicts(fdef, ctx)
     legacy_variables(fdef, ctx)
     conditional_expressions(fdef, ctx)
     block.converted = item_for_logging(fdef, ctx, block)

@@ -1296,9 +1296,6 @@ def _programs() -> list[Program]:
             "objects",
             "dict subclass with __getattr__ = dict.__getitem__",
             lambda: (ConfiguredMLP(AttrDict(scale=0.5)), (torch.randn(4, 16),)),
-            graphs=0,
-            breaks=1,
-            note="Dynamo refuses a non-function __getattr__ and skips forward (explain names it)",
         ),
         P(
             "ordered_config",

@@ -123,3 +123,63 @@ def test_rnn_dynamo_reaches_unmended_is_run_as_captured_not_crashed() -> None:
         got = compiled(model)(x)
     torch.testing.assert_close(got, model(x))
     got.sum().backward()
+
+
+# --- attrs.py: attribute dicts (``__getattr__ = dict.__getitem__``) ---------------------------------
+
+
+class AttrDict(dict):
+    __getattr__ = dict.__getitem__
+    __setattr__ = dict.__setitem__
+
+
+class LooseDict(dict):
+    __getattr__ = dict.get  # a missing key reads as None
+
+
+GLOBAL_CFG = AttrDict(shift=1.5)
+
+
+class Configured(nn.Module):
+    def __init__(self, cfg) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        cfg = self.cfg
+        y = self.fc(x) * self.cfg.model.scale + GLOBAL_CFG.shift  # nested, and a global
+        if cfg.bias is not None:  # an alias; LooseDict reads a missing key as None
+            y = y + cfg.bias
+        return y * len(self.cfg.keys())  # a method of dict stays a method call
+
+
+@pytest.mark.parametrize("cls", [AttrDict, LooseDict])
+def test_attribute_dict_config_is_one_graph_with_eagers_values(cls) -> None:
+    cfg = cls(model=cls(scale=0.5), bias=2.0) if cls is AttrDict else cls(model=cls(scale=0.5))
+    model, x = Configured(cfg), torch.randn(3, 4)
+    rep = explain(model, x)
+    assert (rep.graph_count, rep.graph_break_count) == (1, 0)
+    assert sum("attribute dict read" in r for r in rep.rewrites) >= 3
+    torch.testing.assert_close(compiled(model)(x), model(x))
+
+
+def test_attribute_dict_missing_key_raises_keyerror_as_eager() -> None:
+    model, x = Configured(AttrDict(model=AttrDict(), bias=None)), torch.randn(3, 4)
+    with pytest.raises(KeyError, match="scale"):
+        model(x)
+    with pytest.raises(KeyError, match="scale"):
+        compiled(model)(x)
+
+
+def test_plain_objects_are_not_rewritten() -> None:
+    from types import SimpleNamespace
+
+    from torchmux.frontends.mend import source_of
+
+    model = Configured(SimpleNamespace(model=SimpleNamespace(scale=0.5), bias=None, keys=lambda: [1]))
+    torchmux.frontends.mend.mend(model)
+    source = source_of(model.forward)
+    assert "self.cfg.model.scale" in source and "cfg.bias" in source  # not attribute dicts: as written
+    assert "'shift')" in source  # the global is one
+    torch.testing.assert_close(compiled(model)(torch.ones(1, 4)), model(torch.ones(1, 4)))
