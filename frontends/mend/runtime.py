@@ -275,6 +275,16 @@ def pure_module(m: Any) -> bool:
     return kind in _PURE_IN_EVAL and not m.training
 
 
+def data_test(p: Any) -> Any:
+    """An if-test's value. A bool Dynamo holds symbolically (a comparison of a float ``.item()`` inside a
+    helper, or of a data-dependent size such as ``t[mask].numel() > 0``) becomes a 0-d bool tensor, so the
+    rules can select in the graph; Python asked for it would break the graph. Anything else is unchanged
+    (a constant bool is not a tensor test: ``p is True or p is False`` holds only for those)."""
+    if torch.compiler.is_compiling() and isinstance(p, bool) and not (p is True or p is False):
+        return torch.scalar_tensor(p, dtype=torch.bool)
+    return p
+
+
 def pred(p: Any) -> bool:
     """True if ``p`` is a one-element tensor: the if/else on it can become a select in the graph."""
     return isinstance(p, torch.Tensor) and p.numel() == 1 and p.device.type != "meta"

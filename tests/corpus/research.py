@@ -1253,9 +1253,6 @@ def _programs() -> list[Program]:
             "data-dependent ints",
             "float .item() compared in a helper, used as a test",
             lambda: (item_in_helper_test, (torch.randn(4, 16),)),
-            graphs=2,
-            breaks=1,
-            note="the helper returns a Python bool from .item(): the caller's if needs it in Python",
         ),
         P(
             "split_by_tolist",
@@ -1280,9 +1277,6 @@ def _programs() -> list[Program]:
             "data-dependent ints",
             "mean of a boolean-masked selection, numel() test",
             lambda: (masked_mean, (torch.randn(4, 16),)),
-            graphs=2,
-            breaks=1,
-            note="numel() > 0 of a data-dependent size is a Python bool (an unbacked size cannot be tested in the graph)",
         ),
         # objects Dynamo cannot trace
         P(

@@ -183,3 +183,50 @@ def test_plain_objects_are_not_rewritten() -> None:
     assert "self.cfg.model.scale" in source and "cfg.bias" in source  # not attribute dicts: as written
     assert "'shift')" in source  # the global is one
     torch.testing.assert_close(compiled(model)(torch.ones(1, 4)), model(torch.ones(1, 4)))
+
+
+# --- runtime.data_test: a bool Dynamo holds symbolically is a tensor test ---------------------------
+
+
+def _is_positive(v):
+    return v.mean().item() > 0.0  # a Python bool made of tensor data, returned by a helper
+
+
+def sign_shift(x):
+    if _is_positive(x):
+        return x + 1
+    return x - 1
+
+
+def masked_mean_or_zero(x):
+    kept = x[x.abs() < 0.5]
+    return kept.mean() if kept.numel() > 0 else torch.zeros(())
+
+
+def argmax_is(x):
+    if x.sum(0).argmax().item() == 2:  # an int .item(): compared as a symbolic int, exactly
+        x = x * 2
+    return x - 1
+
+
+@pytest.mark.parametrize("fn", [sign_shift, masked_mean_or_zero, argmax_is], ids=lambda f: f.__name__)
+def test_symbolic_bool_tests_are_one_graph_and_take_both_ways(fn) -> None:
+    torch.manual_seed(0)
+    rep = explain(fn, torch.randn(4, 3))
+    assert (rep.graph_count, rep.graph_break_count) == (1, 0)
+    fast = compiled(fn)
+    inputs = [torch.randn(4, 3), -torch.rand(4, 3) - 1, torch.rand(4, 3) + 1, torch.eye(4, 3) * 5]
+    for x in inputs:  # one compiled graph gives each way's value (an empty selection included)
+        torch.testing.assert_close(fast(x), fn(x))
+
+
+def test_constant_bools_stay_python() -> None:
+    from torchmux.frontends.mend import runtime as rt
+
+    def f(x, n):
+        return x + (1 if isinstance(rt.data_test(n == 1), bool) else 2)
+
+    torch._dynamo.reset()
+    x = torch.zeros(2)
+    torch.testing.assert_close(torch.compile(f, backend="eager")(x, 1), f(x, 1))
+    torch.testing.assert_close(f(x, 1), torch.ones(2))
