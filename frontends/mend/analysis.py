@@ -297,7 +297,7 @@ def purity(node: ast.AST, ctx: Context, p: Purity | None = None) -> Purity:
 
 
 #: runtime helpers the rewrites put into expressions that are then analysed like user code
-PURE_RT = {"exact", "not_", "variable"}
+PURE_RT = {"exact", "not_", "variable", "data_test", "attr"}
 #: runtime helpers that take thunks (``lambda: <user expression>``): the thunks' bodies are analysed
 LAZY_RT = {"all_", "any_", "choose"}
 
@@ -346,6 +346,31 @@ def _call_purity(node: ast.Call, ctx: Context, p: Purity) -> Purity:
     p.random |= name in RANDOM
     p.may_fail |= name in MAY_FAIL
     return p
+
+
+def pure_forward(fdef: ast.FunctionDef, ctx: Context) -> tuple[str, ...] | None:
+    """The ``self.<name>`` modules a user ``forward`` calls, if its body is only assignments to names and
+    a ``return``, of values with no side effect, drawing no random numbers and raising on no data; else
+    None. ``runtime.pure_module`` then vouches for the module if each of those is pure too."""
+    body = fdef.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    if not body or not isinstance(body[-1], ast.Return) or body[-1].value is None:
+        return None
+    p = Purity()
+    for st in body[:-1]:
+        if not (isinstance(st, ast.Assign) and all(isinstance(t, ast.Name) for t in st.targets)):
+            return None
+        purity(st.value, ctx, p)
+    purity(body[-1].value, ctx, p)
+    if not p.ok or p.random or p.may_fail:
+        return None
+    names = []
+    for m in p.modules:
+        if not (isinstance(m, ast.Attribute) and isinstance(m.value, ast.Name) and m.value.id == ctx.self_name):
+            return None
+        names.append(m.attr)
+    return tuple(dict.fromkeys(names))
 
 
 def static_index(index: ast.expr) -> bool:

@@ -58,7 +58,7 @@ import torch
 
 from . import attrs, rnn
 from . import runtime as rt
-from .analysis import RT, TYPE_PARAMS, Context
+from .analysis import RT, TYPE_PARAMS, Context, names_stored, pure_forward
 from .statements import rewrite
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -75,6 +75,7 @@ class Mended:
     func: types.FunctionType | None
     notes: list[int] = field(default_factory=list)  # keys of the runtime's NOTES
     methods: set[str] = field(default_factory=set)  # self.<name>(...) calls, for the caller to follow
+    pure_calls: tuple[str, ...] | None = None  # a side-effect-free forward: the self.<modules> it calls
     source: str = ""  # the rewritten function, for reading (:func:`source_of`)
 
 
@@ -189,6 +190,8 @@ def _install(m: torch.nn.Module, notes: list[int]) -> None:
             continue
         done = mend_function(fn, method=True, attr_dicts=attrs.held_by(m))
         todo.extend(done.methods)
+        if name == "forward" and done.pure_calls is not None:
+            rt.PURE_FORWARDS[cls] = (fn, done.pure_calls)  # loops over such modules may be masked
         if done.func is not None:
             object.__setattr__(m, name, types.MethodType(done.func, m))
             notes.extend(done.notes)
@@ -263,6 +266,10 @@ def _mend(fn: types.FunctionType, method: bool, depth: int, attr_dicts: frozense
     args = fdef.args.posonlyargs + fdef.args.args
     ctx = Context(filename, fn.__globals__, fn.__name__, args[0].arg if method and args else None)
     ctx.attr_dicts = attr_dicts
+    pure_calls = None
+    if method and fn.__name__ == "forward":
+        ctx.locals = {a.arg for a in args} | names_stored(fdef.body)
+        pure_calls = pure_forward(fdef, ctx)
     rewrite(fdef, ctx)
     injected: dict[str, Any] = {RT: rt}
     if depth < _MAX_DEPTH:
@@ -276,8 +283,8 @@ def _mend(fn: types.FunctionType, method: bool, depth: int, attr_dicts: frozense
         and c.func.value.id == ctx.self_name
     }
     if not ctx.notes:
-        return Mended(None, [], methods)
-    return Mended(_build(fn, fdef, injected), ctx.notes, methods, ast.unparse(fdef))
+        return Mended(None, [], methods, pure_calls=pure_calls)
+    return Mended(_build(fn, fdef, injected), ctx.notes, methods, ast.unparse(fdef), pure_calls)
 
 
 def _follow_globals(fdef: ast.FunctionDef, ctx: Context, injected: dict[str, Any], depth: int) -> None:

@@ -264,14 +264,28 @@ _PURE_IN_EVAL = (
 )
 
 
+#: user module classes whose ``forward`` the mend pass read as side-effect free (``analysis.pure_forward``):
+#: class -> (that forward, the ``self.<name>`` modules it calls)
+PURE_FORWARDS: dict[type, tuple[Any, tuple[str, ...]]] = {}
+
+
 def pure_module(m: Any) -> bool:
-    """True if calling ``m`` has no side effect (a built-in torch.nn module of a known kind, or a
-    Sequential of such)."""
+    """True if calling ``m`` has no side effect: a built-in torch.nn module of a known kind, a Sequential
+    of such, or a user module whose forward only computes values from pure modules (no hooks, no forward
+    set on the instance)."""
     kind = type(m)
     if kind in _PURE_MODULES:
         return True
     if kind is nn.Sequential:
         return _all_pure(m)
+    if kind in PURE_FORWARDS:
+        forward, calls = PURE_FORWARDS[kind]
+        if kind.forward is not forward or m._forward_hooks or m._forward_pre_hooks or "forward" in m.__dict__:
+            return False
+        for name in calls:
+            if not pure_module(getattr(m, name)):
+                return False
+        return True
     return kind in _PURE_IN_EVAL and not m.training
 
 

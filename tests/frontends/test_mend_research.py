@@ -230,3 +230,64 @@ def test_constant_bools_stay_python() -> None:
     x = torch.zeros(2)
     torch.testing.assert_close(torch.compile(f, backend="eager")(x, 1), f(x, 1))
     torch.testing.assert_close(f(x, 1), torch.ones(2))
+
+
+# --- analysis.pure_forward: user blocks whose forward is side-effect free --------------------------
+
+
+class PureBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.act = nn.GELU()
+
+    def forward(self, x):
+        h = self.fc(x)
+        return self.act(h) + x
+
+
+class CountingBlock(PureBlock):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1  # a side effect: the loop must run as written
+        return self.fc(x) + x
+
+
+class EarlyExit(nn.Module):
+    def __init__(self, block: type[nn.Module]) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([block() for _ in range(4)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+            if x.norm() > 6:
+                break
+        return x
+
+
+def test_loop_over_pure_user_blocks_with_a_break_is_one_graph() -> None:
+    torch.manual_seed(0)
+    model = EarlyExit(PureBlock).eval()
+    x = torch.randn(2, 4)
+    rep = explain(model, x)
+    assert (rep.graph_count, rep.graph_break_count) == (1, 0)
+    fast = compiled(model)
+    with torch.no_grad():
+        for scale in (0.1, 1.0, 3.0):  # stops after 1, some or no blocks
+            torch.testing.assert_close(fast(x * scale), model(x * scale))
+
+
+def test_loop_over_user_blocks_with_side_effects_runs_as_written() -> None:
+    torch.manual_seed(0)
+    model = EarlyExit(CountingBlock).eval()
+    x = torch.randn(2, 4) * 3
+    with torch.no_grad():
+        want = model(x)
+        calls = [b.calls for b in model.blocks]
+        got = compiled(model)(x)
+    torch.testing.assert_close(got, want)
+    assert [b.calls for b in model.blocks] == [2 * c for c in calls]  # the same blocks ran, once more each
