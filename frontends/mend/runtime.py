@@ -586,6 +586,16 @@ def until(
     return new, test
 
 
+def after_break(p: Any, at_break: tuple[Any, ...], at_end: tuple[Any, ...]) -> tuple[Any, ...]:
+    """One iteration's carried values when the break test ``p`` sits mid-body: those at the test if it
+    held, those at the end of the body otherwise (both were computed: they have no side effects)."""
+    if pred(p) and _selectable(p, at_break, at_end):
+        if mergeable(p, at_break, at_end):
+            return tuple(merge(p, at_break, at_end))
+        return tuple(cond(p, lambda: at_break, lambda: at_end))
+    return at_break if p else at_end
+
+
 def _selectable(p: Any, a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
     """``torch.where`` can pick between ``a`` and ``b``, or ``torch.cond`` can (values needing gradients)."""
     return mergeable(p, a, b) or (COND and torch.compiler.is_compiling() and cond_ok(p, a, b))

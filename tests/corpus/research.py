@@ -1349,9 +1349,6 @@ def _programs() -> list[Program]:
             "layers with break",
             "fixed-point iteration with a convergence break",
             lambda: (ConvergeLoop(), (torch.randn(4, 16),)),
-            graphs=0,
-            breaks=1,
-            note="the break is not the last statement of the body (z = z_new after it)",
         ),
         # data-dependent integers
         P(

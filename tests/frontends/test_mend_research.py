@@ -291,3 +291,26 @@ def test_loop_over_user_blocks_with_side_effects_runs_as_written() -> None:
         got = compiled(model)(x)
     torch.testing.assert_close(got, want)
     assert [b.calls for b in model.blocks] == [2 * c for c in calls]  # the same blocks ran, once more each
+
+
+# --- loops.break_convert: the break test mid-body, over range(n) ------------------------------------
+
+
+def damped_fixed_point(x):
+    z = torch.zeros_like(x)
+    for _ in range(8):
+        z_new = 0.5 * z + x
+        if (z_new - z).abs().max() < 0.1:
+            break
+        z = z_new  # after the test: counts only when the loop went on
+    return z
+
+
+def test_fixed_point_loop_with_a_mid_body_break_is_one_graph_for_every_exit() -> None:
+    x = torch.ones(2, 3)
+    rep = explain(damped_fixed_point, x)
+    assert (rep.graph_count, rep.graph_break_count) == (1, 0)
+    assert any("masked loop" in r for r in rep.rewrites)
+    fast = compiled(damped_fixed_point)
+    for scale in (0.05, 0.3, 1.0, 3.0, 100.0):  # breaks at the first, a middle or no iteration
+        torch.testing.assert_close(fast(x * scale), damped_fixed_point(x * scale))
