@@ -10,7 +10,8 @@ whose class is exactly one of the three, :func:`install` binds :func:`forward` t
   ops (the input projection of all steps in one ``matmul`` per layer and direction, then one small
   step per time step), which Dynamo traces and every backend can take;
 - while Dynamo traces an unsupported call (a ``PackedSequence``, a long sequence), the class's own
-  ``forward`` runs eagerly behind ``torch._dynamo.disable`` (one graph break, as without mending);
+  ``forward`` is traced: its graph holds a ``torch.lstm``-like call, which the capture frontend runs as
+  Dynamo captured it, eagerly, and explain names (``frontends/dynamo.py``);
 - outside Dynamo the class's own ``forward`` runs (cuDNN and all), so eager results are untouched.
 
 :mod:`.switches` turns ``allow_rnn`` on so that Dynamo reaches this forward; a ``torch.lstm`` call that
@@ -29,7 +30,7 @@ from torch import nn
 from . import runtime as rt
 
 #: time steps x layers x directions written out at most. Tracing costs about 20 ms a step on a CPU core
-#: (torch 2.13); beyond this the module runs eagerly (one break, as without mending). ``torch.scan``
+#: (torch 2.13); beyond this its graph runs eagerly (see above). ``torch.scan``
 #: traces one step whatever the length, but its fixed cost (~2 s) is larger for the lengths seen here.
 MAX_STEPS = 128
 _KINDS = (nn.LSTM, nn.GRU, nn.RNN)
@@ -54,18 +55,13 @@ def forward(self: nn.RNNBase, input: Any, hx: Any = None) -> Any:
     """The module's forward: written out while Dynamo traces a supported call, the class's otherwise."""
     if not torch.compiler.is_compiling():
         return type(self).forward(self, input, hx)
-    if not _supported(self, input):
-        return _eager_forward(self, input, hx)
+    if not _supported(self, input):  # traced as torch.lstm/gru: frontends/dynamo.py runs that graph eagerly
+        return type(self).forward(self, input, hx)
     rt.fired(self._torchmux_rnn_note)
     return _unrolled(self, input, hx)
 
 
 forward._torchmux_mended_from = nn.RNNBase.forward  # type: ignore[attr-defined]  # mended() restores it
-
-
-@torch._dynamo.disable
-def _eager_forward(self: nn.RNNBase, input: Any, hx: Any) -> Any:
-    return type(self).forward(self, input, hx)
 
 
 def _supported(m: nn.RNNBase, input: Any) -> bool:

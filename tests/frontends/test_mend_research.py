@@ -102,6 +102,21 @@ def test_rnn_outside_dynamo_runs_the_class_forward_and_packed_input_runs_eagerly
     torch.testing.assert_close(compiled(packed)(x, lengths), packed(x, lengths))
 
 
+def test_rnn_longer_than_the_step_limit_is_a_graph_run_eagerly(monkeypatch) -> None:
+    from torchmux.frontends.mend import rnn
+
+    monkeypatch.setattr(rnn, "MAX_STEPS", 4)
+    torch.manual_seed(0)
+    model, x = Recurrent(nn.GRU(5, 16, batch_first=True)), torch.randn(2, 6, 5)
+    rep = explain(model, x)
+    assert any(g.error and "nn.LSTM/GRU/RNN" in g.error for g in rep.graphs)  # explain says it ran eagerly
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = compiled(model)(x)[0]
+    torch.testing.assert_close(got, model(x)[0])
+    got.sum().backward()
+
+
 def test_rnn_dynamo_reaches_unmended_is_run_as_captured_not_crashed() -> None:
     """An RNN that is not a submodule (in a plain list) reaches the graph as torch.lstm under allow_rnn:
     the graph runs as Dynamo captured it, with eager's values and gradients."""
