@@ -29,9 +29,9 @@ from torch import nn
 
 from . import runtime as rt
 
-#: time steps x layers x directions written out at most. Tracing costs about 20 ms a step on a CPU core
-#: (torch 2.13); beyond this its graph runs eagerly (see above). ``torch.scan``
-#: traces one step whatever the length, but its fixed cost (~2 s) is larger for the lengths seen here.
+#: time steps x layers x directions written out at most: tracing costs about 20 ms a step on a CPU core
+#: (torch 2.13); a longer call is an unsupported one (above). ``torch._higher_order_ops.scan`` traces
+#: one step whatever the length, but its fixed cost (about 2 s) is larger at the lengths seen here.
 MAX_STEPS = 128
 _KINDS = (nn.LSTM, nn.GRU, nn.RNN)
 
