@@ -284,7 +284,7 @@ def _mend(fn: types.FunctionType, method: bool, depth: int, attr_dicts: frozense
     }
     if not ctx.notes:
         return Mended(None, [], methods, pure_calls=pure_calls)
-    return Mended(_build(fn, fdef, injected), ctx.notes, methods, ast.unparse(fdef), pure_calls)
+    return Mended(_build(fn, fdef, injected), ctx.notes, methods, source=ast.unparse(fdef), pure_calls=pure_calls)
 
 
 def _follow_globals(fdef: ast.FunctionDef, ctx: Context, injected: dict[str, Any], depth: int) -> None:
