@@ -50,10 +50,11 @@ class LoopRules(Walker):
             for i, st in enumerate(s.body)
             if isinstance(st, ast.If) and not st.orelse and len(st.body) == 1 and isinstance(st.body[0], ast.Break)
         ]
-        if len(at) != 1 or at[0] == 0 or not maybe_tensor_test(s.body[at[0]].test, self.ctx):
+        if len(at) != 1 or at[0] == 0:
             return None
         body, last, after = s.body[: at[0]], s.body[at[0]], s.body[at[0] + 1 :]
-        assert isinstance(last, ast.If)
+        if not (isinstance(last, ast.If) and maybe_tensor_test(last.test, self.ctx)):
+            return None
         it = s.iter
         while isinstance(it, ast.Attribute):
             it = it.value

@@ -57,7 +57,7 @@ def forward(self: nn.RNNBase, input: Any, hx: Any = None) -> Any:
         return type(self).forward(self, input, hx)
     if not _supported(self, input):  # traced as torch.lstm/gru: frontends/dynamo.py runs that graph eagerly
         return type(self).forward(self, input, hx)
-    rt.fired(self._torchmux_rnn_note)
+    rt.fired(self._torchmux_rnn_note)  # type: ignore[arg-type]  # an int set by install()
     return _unrolled(self, input, hx)
 
 
@@ -98,7 +98,7 @@ def _unrolled(m: nn.RNNBase, input: torch.Tensor, hx: Any) -> Any:
         outs = []
         for d in range(dirs):
             i = layer * dirs + d
-            h, c, ys = _direction(m, x, layer, d, h0[i], c0[i] if lstm else None)
+            h, c, ys = _direction(m, x, layer, d, h0[i], c0[i] if c0 is not None else None)
             outs.append(ys)
             h_out.append(h)
             c_out.append(c)
@@ -110,7 +110,7 @@ def _unrolled(m: nn.RNNBase, input: torch.Tensor, hx: Any) -> Any:
         out, h_n = out.squeeze(1), h_n.squeeze(1)
     if not lstm:
         return out, h_n
-    c_n = torch.stack(c_out)
+    c_n = torch.stack([c for c in c_out if c is not None])
     return out, (h_n, c_n if batched else c_n.squeeze(1))
 
 
@@ -144,6 +144,7 @@ def _cell(
     """One time step: the gate equations of the nn.LSTM / nn.GRU / nn.RNN documentation."""
     if isinstance(m, nn.LSTM):
         i, f, g, o = (gi + gh).chunk(4, dim=-1)
+        assert c is not None  # an LSTM carries its cell state
         c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         return torch.sigmoid(o) * torch.tanh(c), c
     if isinstance(m, nn.GRU):
