@@ -72,6 +72,9 @@ def _input_kinds(gm: fx.GraphModule, example_inputs: list[Any]) -> list[str]:
     return kinds
 
 
+_RNN_OPS = frozenset({torch.lstm, torch.gru, torch.rnn_tanh, torch.rnn_relu})
+
+
 class TorchmuxDynamoBackend:
     """A Dynamo backend (``torch.compile(m, backend=TorchmuxDynamoBackend(place))``)."""
 
@@ -108,6 +111,16 @@ class TorchmuxDynamoBackend:
 
             return compile_graph
 
+        if any(n.op == "call_function" and n.target in _RNN_OPS for n in gm.graph.nodes):
+            # AOTAutograd saves an RNN op's parameters for backward and then fails at the first call under
+            # autograd (torch 2.13: "expected all tensors_saved_with_vc_check to be Tensors"): run as captured
+            captured.error = "an nn.LSTM/GRU/RNN call that AOTAutograd cannot normalize (torch.lstm/gru/rnn_*)"
+            warnings.warn(
+                f"torchmux could not normalize graph_{index} ({captured.error}); it runs eagerly",
+                TorchmuxFallbackWarning,
+                stacklevel=2,
+            )
+            return gm.forward
         try:
             return aot_autograd(
                 fw_compiler=compiler("forward"),

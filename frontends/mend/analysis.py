@@ -146,6 +146,8 @@ class Context:
     notes: list[int] = field(default_factory=list)  # keys of _mend_rt.NOTES
     counter: int = 0
     module_names: set[str] = field(default_factory=set)  # local names a rule vouches are modules it checks
+    attr_dicts: frozenset[str] = frozenset()  # self.<name> that hold attribute dicts (:mod:`.attrs`)
+    data_sized: set[str] = field(default_factory=set)  # names of selections whose size is data
 
     def fresh(self, stem: str) -> str:
         self.counter += 1
@@ -295,7 +297,7 @@ def purity(node: ast.AST, ctx: Context, p: Purity | None = None) -> Purity:
 
 
 #: runtime helpers the rewrites put into expressions that are then analysed like user code
-PURE_RT = {"exact", "not_", "variable"}
+PURE_RT = {"exact", "not_", "variable", "data_test", "attr"}
 #: runtime helpers that take thunks (``lambda: <user expression>``): the thunks' bodies are analysed
 LAZY_RT = {"all_", "any_", "choose"}
 
@@ -346,6 +348,31 @@ def _call_purity(node: ast.Call, ctx: Context, p: Purity) -> Purity:
     return p
 
 
+def pure_forward(fdef: ast.FunctionDef, ctx: Context) -> tuple[str, ...] | None:
+    """The ``self.<name>`` modules a user ``forward`` calls, if its body is only assignments to names and
+    a ``return``, of values with no side effect, drawing no random numbers and raising on no data; else
+    None. ``runtime.pure_module`` then vouches for the module if each of those is pure too."""
+    body = fdef.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    if not body or not isinstance(body[-1], ast.Return) or body[-1].value is None:
+        return None
+    p = Purity()
+    for st in body[:-1]:
+        if not (isinstance(st, ast.Assign) and all(isinstance(t, ast.Name) for t in st.targets)):
+            return None
+        purity(st.value, ctx, p)
+    purity(body[-1].value, ctx, p)
+    if not p.ok or p.random or p.may_fail:
+        return None
+    names = []
+    for m in p.modules:
+        if not (isinstance(m, ast.Attribute) and isinstance(m.value, ast.Name) and m.value.id == ctx.self_name):
+            return None
+        names.append(m.attr)
+    return tuple(dict.fromkeys(names))
+
+
 def static_index(index: ast.expr) -> bool:
     """True for an index that cannot raise on any data: constants, ``None``, ``...`` and slices."""
     items = index.elts if isinstance(index, ast.Tuple) else [index]
@@ -368,9 +395,12 @@ def maybe_tensor_test(test: ast.expr, ctx: Context) -> bool:
         return False
     for n in ast.walk(test):
         if isinstance(n, ast.Attribute) and n.attr in ("shape", "ndim", "training", "dtype", "device", "is_cuda"):
-            return False
+            if not (n.attr == "shape" and _data_sized(n.value, ctx)):
+                return False
         if isinstance(n, ast.Call) and isinstance(n.func, (ast.Name, ast.Attribute)):
             fname = n.func.id if isinstance(n.func, ast.Name) else n.func.attr
+            if fname in ("size", "numel") and isinstance(n.func, ast.Attribute) and _data_sized(n.func.value, ctx):
+                continue  # the size of a boolean-mask selection is tensor data
             if fname in (
                 "len",
                 "isinstance",
@@ -388,6 +418,36 @@ def maybe_tensor_test(test: ast.expr, ctx: Context) -> bool:
         if isinstance(n, ast.Compare) and any(isinstance(o, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for o in n.ops):
             return False
     return any(isinstance(n, (ast.Call, ast.Compare, ast.Subscript)) for n in ast.walk(test))
+
+
+def _data_sized(e: ast.expr, ctx: Context) -> bool:
+    return isinstance(e, ast.Name) and e.id in ctx.data_sized
+
+
+#: methods whose result's size depends on the tensor's values
+_DATA_SIZED_CALLS = {"nonzero", "masked_select", "unique", "unique_consecutive", "argwhere"}
+
+
+def data_sized_names(fdef: ast.FunctionDef) -> set[str]:
+    """Names assigned once, from a selection whose size depends on data (``x[x > 0]``, ``x.nonzero()``)."""
+    stores: dict[str, int] = {}
+    for n in ast.walk(fdef):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+            stores[n.id] = stores.get(n.id, 0) + 1
+    out = set()
+    for s in ast.walk(fdef):
+        if not (isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)):
+            continue
+        v = s.value
+        masked = isinstance(v, ast.Subscript) and (
+            isinstance(v.slice, (ast.Compare, ast.BoolOp))
+            or (isinstance(v.slice, ast.BinOp) and isinstance(v.slice.op, (ast.BitAnd, ast.BitOr)))
+            or (isinstance(v.slice, ast.UnaryOp) and isinstance(v.slice.op, ast.Invert))
+        )
+        called = isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr in _DATA_SIZED_CALLS
+        if (masked or called) and stores.get(s.targets[0].id) == 1:
+            out.add(s.targets[0].id)
+    return out
 
 
 def boolop_ok(test: ast.BoolOp, ctx: Context) -> bool:
@@ -433,10 +493,8 @@ def exact_items(test: ast.expr) -> ast.expr:
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):  # `not t` would ask Python for bool(t)
         return ast.copy_location(rt_call("not_", exact_items(test.operand)), test)
     if isinstance(test, ast.Compare):
-        return ast.copy_location(
-            ast.Compare(numeric(test.left), test.ops, [numeric(c) for c in test.comparators]), test
-        )
-    return test
+        test = ast.copy_location(ast.Compare(numeric(test.left), test.ops, [numeric(c) for c in test.comparators]), test)
+    return ast.copy_location(rt_call("data_test", test), test)  # a symbolic bool becomes a tensor test
 
 
 def guard_test(p: str, pure: Purity) -> ast.expr:

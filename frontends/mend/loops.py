@@ -4,8 +4,9 @@
 - ``for _ in range(n)`` with ``n`` read from tensor data (``.item()``/``.tolist()`` in its expression, or
   in the assignment of a name in it) and the loop variable never read (:meth:`LoopRules.range_convert`)
   becomes ``runtime.repeat``, a ``while_loop`` with a counter;
-- ``for layer in self.layers: x = layer(x); if <tensor test>: break`` (:meth:`LoopRules.break_convert`)
-  keeps iterating with the values frozen once the test was true (``runtime.until``: a running "stopped"
+- ``for layer in self.layers: x = layer(x); if <tensor test>: break`` (:meth:`LoopRules.break_convert`;
+  also ``for _ in range(n)``, and statements after the break test, whose values count only when the
+  test did not hold: ``runtime.after_break``) keeps iterating with the values frozen once the test was true (``runtime.until``: a running "stopped"
   flag and ``torch.where``), so the whole loop is one graph; it needs every layer to be a side-effect
   free module (checked at run time, ``runtime.maskable``) and values that merge (no gradients).
 
@@ -44,20 +45,21 @@ class LoopRules(Walker):
         """``for t in <names>: <assignments>; if <tensor test>: break`` -> a masked loop (module docstring)."""
         if s.orelse or not isinstance(s.target, ast.Name) or len(s.body) < 2:
             return None
-        *body, last = s.body
-        if not (
-            isinstance(last, ast.If)
-            and not last.orelse
-            and len(last.body) == 1
-            and isinstance(last.body[0], ast.Break)
-            and maybe_tensor_test(last.test, self.ctx)
-        ):
+        at = [
+            i
+            for i, st in enumerate(s.body)
+            if isinstance(st, ast.If) and not st.orelse and len(st.body) == 1 and isinstance(st.body[0], ast.Break)
+        ]
+        if len(at) != 1 or at[0] == 0:
+            return None
+        body, last, after = s.body[: at[0]], s.body[at[0]], s.body[at[0] + 1 :]
+        if not (isinstance(last, ast.If) and maybe_tensor_test(last.test, self.ctx)):
             return None
         it = s.iter
         while isinstance(it, ast.Attribute):
             it = it.value
-        if not isinstance(it, ast.Name):
-            return None  # the iterable is read twice (checked, then looped over): only names and attributes
+        if not (isinstance(it, ast.Name) or self._constant_range(s.iter)):
+            return None  # the iterable is read twice (checked, then looped over): names, attributes, range(n)
         target = s.target.id
         inside: dict[str, int] = {}
         for n in loaded_names(s):
@@ -65,14 +67,14 @@ class LoopRules(Walker):
         pure = Purity()
         self.ctx.module_names = {target}
         try:
-            for st in body:
+            for st in body + after:
                 if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and plain_target(st.targets[0])):
                     return None
                 purity(st.value, self.ctx, pure)
             purity(exact_items(last.test), self.ctx, pure)
         finally:
             self.ctx.module_names = set()
-        stored = names_stored(body)
+        stored = names_stored(body + after)
         carried = sorted(stored & defined)
         if not pure.ok or pure.random or pure.may_fail or not carried:
             return None
@@ -82,12 +84,24 @@ class LoopRules(Walker):
         note = self.ctx.note(s, "for with 'if <tensor>: break' -> masked loop (torch.where)")
         flag, state = f"_mend_m{k}", f"_mend_s{k}"
         test = f"_mend_bt{k}"
+        at_break = [f"_mend_bv{k}_{x}" for x in carried] if after else []  # the values where the test is
         stmts, outs = self.branch(
-            body + [ast.Assign([name_node(test, True)], exact_items(last.test))],
+            body
+            + [ast.Assign([name_node(test, True)], exact_items(last.test))]
+            + [ast.Assign([name_node(v, True)], name_node(x)) for v, x in zip(at_break, carried)]
+            + after,
             f"_mend_b{k}_",
-            carried + [test],
+            carried + [test] + at_break,
             (f"_mend_b{k}", 1),
         )
+        new_values: ast.expr = ast.Tuple([name_node(x) for x in outs[: len(carried)]], ast.Load())
+        if after:  # the test held: the values at the test; else those at the end of the body
+            new_values = rt_call(
+                "after_break",
+                name_node(outs[len(carried)]),
+                ast.Tuple([name_node(x) for x in outs[len(carried) + 1 :]], ast.Load()),
+                new_values,
+            )
         mods = [m for m in pure.modules if not (isinstance(m, ast.Name) and m.id == target)]
         calls_target = any(isinstance(m, ast.Name) and m.id == target for m in pure.modules)
         check = ast.Assign(
@@ -106,8 +120,8 @@ class LoopRules(Walker):
                 name_node(flag),
                 name_node(state),
                 ast.Tuple([name_node(x) for x in carried], ast.Load()),
-                ast.Tuple([name_node(x) for x in outs[:-1]], ast.Load()),
-                name_node(outs[-1]),
+                new_values,
+                name_node(outs[len(carried)]),
             ),
         )
         stop = ast.If(rt_call("stopped", name_node(state)), [ast.Break()], [])
@@ -120,6 +134,16 @@ class LoopRules(Walker):
                 ast.If(name_node(flag), [ast.Assign([name_node(state, True)], ast.Constant(None)), loop], [original]),
             ],
             s,
+        )
+
+    def _constant_range(self, it: ast.expr) -> bool:
+        """``range(...)`` of names and constants: evaluating it twice is the same."""
+        return (
+            isinstance(it, ast.Call)
+            and isinstance(it.func, ast.Name)
+            and self.ctx.resolve(it.func) is range
+            and not it.keywords
+            and all(isinstance(a, (ast.Constant, ast.Name)) for a in it.args)
         )
 
     def loop_body(self, body: list[ast.stmt], pure: Purity, defined: set[str]) -> list[str] | None:

@@ -11,6 +11,7 @@ Pipeline (``mend(model)``, run by ``torchmux.compile`` and ``torchmux.explain`` 
    ``__names`` or frame introspection, do nothing. The source must be what the code was compiled from.
 2. **Rewrite the AST** (:mod:`.statements` walks the body and hands each statement to its rule):
 
+   - :mod:`.attrs`: ``cfg.scale`` on a dict with ``__getattr__ = dict.__getitem__`` -> ``cfg["scale"]``;
    - :mod:`.legacy`: ``Variable(t)`` -> ``t.detach()``;
    - :mod:`.expressions`: ``a if <tensor> else b`` -> ``torch.where`` / ``torch.cond``;
    - :mod:`.effects`: ``print`` / ``warnings.warn`` / logging statements are replayed after the graph
@@ -21,7 +22,9 @@ Pipeline (``mend(model)``, run by ``torchmux.compile`` and ``torchmux.explain`` 
      ``torch.cond`` (``and``/``or`` of tensor tests included, with Python's short circuit);
    - :mod:`.loops`: ``while <tensor>`` (a Python counter beside it included) and
      ``for _ in range(<tensor data>)`` -> ``torch.while_loop``; ``for layer in layers: ...;
-     if <tensor>: break`` -> a masked loop (values frozen once the test held).
+     if <tensor>: break`` -> a masked loop (values frozen once the test held);
+   - :mod:`.rnn`: an ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` submodule gets a forward (on the instance)
+     that Dynamo traces as plain tensor ops;
 
    :mod:`.analysis` holds what the rules share (name resolution, purity, AST helpers). Every rewrite
    keeps the user's statements behind a guard decided while Dynamo traces (:mod:`.runtime`): when the
@@ -53,8 +56,9 @@ from typing import Any
 
 import torch
 
+from . import attrs, rnn
 from . import runtime as rt
-from .analysis import RT, TYPE_PARAMS, Context
+from .analysis import RT, TYPE_PARAMS, Context, names_stored, pure_forward
 from .statements import rewrite
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -71,10 +75,12 @@ class Mended:
     func: types.FunctionType | None
     notes: list[int] = field(default_factory=list)  # keys of the runtime's NOTES
     methods: set[str] = field(default_factory=set)  # self.<name>(...) calls, for the caller to follow
+    pure_calls: tuple[str, ...] | None = None  # a side-effect-free forward: the self.<modules> it calls
     source: str = ""  # the rewritten function, for reading (:func:`source_of`)
 
 
-_CACHE: weakref.WeakKeyDictionary[Any, dict[bool, Mended]] = weakref.WeakKeyDictionary()  # fn -> method? -> result
+_CACHE: weakref.WeakKeyDictionary[Any, dict[tuple[bool, frozenset[str]], Mended]] = weakref.WeakKeyDictionary()
+# fn -> (method?, self.<attribute dicts>) -> result
 
 
 class Rewrites:
@@ -113,11 +119,13 @@ def mend(model: Any) -> tuple[Any, Rewrites]:
     """
     notes: list[int] = []
     if isinstance(model, torch.nn.Module):
-        for m in model.modules():
+        for name, m in model.named_modules():
             _install(m, notes)
+            rnn.install(m, _where(model, name), notes)
         return model, Rewrites(notes)
     if isinstance(model, types.MethodType) and isinstance(model.__func__, types.FunctionType):
-        done = mend_function(_original(model.__func__), method=True)
+        held = attrs.held_by(model.__self__) if hasattr(model.__self__, "__dict__") else frozenset()
+        done = mend_function(_original(model.__func__), method=True, attr_dicts=held)
         if done.func is None:
             return model, Rewrites([])
         return types.MethodType(done.func, model.__self__), Rewrites(done.notes)
@@ -152,6 +160,13 @@ def mended(model: Any, enabled: bool = True) -> Iterator[tuple[Any, Rewrites]]:
                     delattr(m, name)
 
 
+def _where(model: torch.nn.Module, name: str) -> str:
+    """"file:line: self.<name>" for submodule ``name`` of ``model``: the model's forward, where it is called."""
+    code = getattr(type(model).forward, "__code__", None)
+    place = f"{code.co_filename}:{code.co_firstlineno}" if code else type(model).__qualname__
+    return f"{place}: self.{name}" if name else place
+
+
 def _bound_state(model: Any) -> list[tuple[Any, set[str]]]:
     if not isinstance(model, torch.nn.Module):
         return []
@@ -173,8 +188,10 @@ def _install(m: torch.nn.Module, notes: list[int]) -> None:
         fn = inspect.getattr_static(cls, name, None)
         if not isinstance(fn, types.FunctionType) or not _is_user_code(fn):
             continue
-        done = mend_function(fn, method=True)
+        done = mend_function(fn, method=True, attr_dicts=attrs.held_by(m))
         todo.extend(done.methods)
+        if name == "forward" and done.pure_calls is not None:
+            rt.PURE_FORWARDS[cls] = (fn, done.pure_calls)  # loops over such modules may be masked
         if done.func is not None:
             object.__setattr__(m, name, types.MethodType(done.func, m))
             notes.extend(done.notes)
@@ -185,17 +202,22 @@ def _is_user_code(fn: types.FunctionType) -> bool:
     return not (path.startswith(_TORCH_DIR) or path.startswith(_OWN_DIR) or fn.__code__.co_filename.startswith("<"))
 
 
-def mend_function(fn: types.FunctionType, method: bool, depth: int = 0) -> Mended:
-    """The mended version of ``fn`` (cached), or ``Mended(None)`` when nothing fired or it cannot be done."""
+def mend_function(
+    fn: types.FunctionType, method: bool, depth: int = 0, attr_dicts: frozenset[str] = frozenset()
+) -> Mended:
+    """The mended version of ``fn`` (cached), or ``Mended(None)`` when nothing fired or it cannot be done.
+
+    ``attr_dicts``: the ``self.<name>`` that hold attribute dicts on the instance (:mod:`.attrs`)."""
     known = _CACHE.setdefault(fn, {})
-    if method in known:
-        return known[method]
-    known[method] = Mended(None)  # recursion guard: a function calling itself is followed once
+    key = (method, attr_dicts)
+    if key in known:
+        return known[key]
+    known[key] = Mended(None)  # recursion guard: a function calling itself is followed once
     try:
-        result = _mend(fn, method, depth)
+        result = _mend(fn, method, depth, attr_dicts)
     except (OSError, TypeError, SyntaxError, IndentationError):  # no source, or not a plain def
         result = Mended(None)
-    known[method] = result
+    known[key] = result
     return result
 
 
@@ -236,13 +258,18 @@ def _parse(fn: types.FunctionType) -> ast.FunctionDef | None:
     return fdef if _same_code(fn, fdef) else None
 
 
-def _mend(fn: types.FunctionType, method: bool, depth: int) -> Mended:
+def _mend(fn: types.FunctionType, method: bool, depth: int, attr_dicts: frozenset[str]) -> Mended:
     fdef = _parse(fn)
     if fdef is None:
         return Mended(None)
     filename = fn.__code__.co_filename
     args = fdef.args.posonlyargs + fdef.args.args
     ctx = Context(filename, fn.__globals__, fn.__name__, args[0].arg if method and args else None)
+    ctx.attr_dicts = attr_dicts
+    pure_calls = None
+    if method and fn.__name__ == "forward":
+        ctx.locals = {a.arg for a in args} | names_stored(fdef.body)
+        pure_calls = pure_forward(fdef, ctx)
     rewrite(fdef, ctx)
     injected: dict[str, Any] = {RT: rt}
     if depth < _MAX_DEPTH:
@@ -256,8 +283,8 @@ def _mend(fn: types.FunctionType, method: bool, depth: int) -> Mended:
         and c.func.value.id == ctx.self_name
     }
     if not ctx.notes:
-        return Mended(None, [], methods)
-    return Mended(_build(fn, fdef, injected), ctx.notes, methods, ast.unparse(fdef))
+        return Mended(None, [], methods, pure_calls=pure_calls)
+    return Mended(_build(fn, fdef, injected), ctx.notes, methods, source=ast.unparse(fdef), pure_calls=pure_calls)
 
 
 def _follow_globals(fdef: ast.FunctionDef, ctx: Context, injected: dict[str, Any], depth: int) -> None:

@@ -62,8 +62,15 @@ def note(text: str) -> int:
 
 def fired(key: int) -> bool:
     """Record, while Dynamo traces (``comptime``; nothing at run time), that rewrite ``key`` took effect."""
-    comptime(lambda ctx: FIRED.add(ctx.get_local("key").as_python_constant()))
+    comptime(lambda ctx: _record(ctx.get_local("key")))
     return True
+
+
+def _record(key: Any) -> None:
+    # a runtime helper compiled as a frame of its own (after a break in its caller) may see its key as a
+    # symbolic int once it recompiles: then the rewrite is not reported rather than failing the trace
+    if key.is_python_constant():
+        FIRED.add(key.as_python_constant())
 
 
 def register(effect: Effect) -> int:
@@ -257,15 +264,39 @@ _PURE_IN_EVAL = (
 )
 
 
+#: user module classes whose ``forward`` the mend pass read as side-effect free (``analysis.pure_forward``):
+#: class -> (that forward, the ``self.<name>`` modules it calls)
+PURE_FORWARDS: dict[type, tuple[Any, tuple[str, ...]]] = {}
+
+
 def pure_module(m: Any) -> bool:
-    """True if calling ``m`` has no side effect (a built-in torch.nn module of a known kind, or a
-    Sequential of such)."""
+    """True if calling ``m`` has no side effect: a built-in torch.nn module of a known kind, a Sequential
+    of such, or a user module whose forward only computes values from pure modules (no hooks, no forward
+    set on the instance)."""
     kind = type(m)
     if kind in _PURE_MODULES:
         return True
     if kind is nn.Sequential:
         return _all_pure(m)
+    if kind in PURE_FORWARDS:
+        forward, calls = PURE_FORWARDS[kind]
+        if kind.forward is not forward or m._forward_hooks or m._forward_pre_hooks or "forward" in m.__dict__:
+            return False
+        for name in calls:
+            if not pure_module(getattr(m, name)):
+                return False
+        return True
     return kind in _PURE_IN_EVAL and not m.training
+
+
+def data_test(p: Any) -> Any:
+    """An if-test's value. A bool Dynamo holds symbolically (a comparison of a float ``.item()`` inside a
+    helper, or of a data-dependent size such as ``t[mask].numel() > 0``) becomes a 0-d bool tensor, so the
+    rules can select in the graph; Python asked for it would break the graph. Anything else is unchanged
+    (a constant bool is not a tensor test: ``p is True or p is False`` holds only for those)."""
+    if torch.compiler.is_compiling() and isinstance(p, bool) and not (p is True or p is False):
+        return torch.scalar_tensor(p, dtype=torch.bool)
+    return p
 
 
 def pred(p: Any) -> bool:
@@ -489,6 +520,31 @@ def variable(note: int, data: Any) -> Any:
     return torch.autograd.Variable(data)
 
 
+# --- attribute dicts (``attrs``) ----------------------------------------------------------------------
+
+
+def attr(note: int, obj: Any, name: str) -> Any:
+    """``obj.<name>``. While Dynamo traces an attribute dict (``__getattr__ = dict.__getitem__`` or
+    ``dict.get``) without that name on its class or in its ``__dict__``, Python's lookup ends in that
+    ``__getattr__``: read the item the same way (Dynamo refuses the C ``__getattr__`` itself)."""
+    if isinstance(obj, dict) and torch.compiler.is_compiling() and not hasattr(type(obj), name) and _no_own(obj):
+        getter, cls = getattr(type(obj), "__getattr__", None), type(obj)
+        if getter is dict.__getitem__ and cls.__getitem__ is dict.__getitem__:
+            fired(note)
+            return obj[name]
+        if getter is dict.get and cls.get is dict.get:
+            fired(note)
+            return obj.get(name)
+    return getattr(obj, name)
+
+
+def _no_own(obj: Any) -> bool:
+    try:
+        return not vars(obj)
+    except TypeError:  # __slots__: no instance attributes at all
+        return True
+
+
 # --- a for loop with ``if <tensor>: break`` (``loops.break_convert``) ----------------------------------
 
 
@@ -528,6 +584,16 @@ def until(
     if isinstance(state, tuple) and state[0]:  # masking cannot go on: Python decides whether it had stopped
         return old, True
     return new, test
+
+
+def after_break(p: Any, at_break: tuple[Any, ...], at_end: tuple[Any, ...]) -> tuple[Any, ...]:
+    """One iteration's carried values when the break test ``p`` sits mid-body: those at the test if it
+    held, those at the end of the body otherwise (both were computed: they have no side effects)."""
+    if pred(p) and _selectable(p, at_break, at_end):
+        if mergeable(p, at_break, at_end):
+            return tuple(merge(p, at_break, at_end))
+        return tuple(cond(p, lambda: at_break, lambda: at_end))
+    return at_break if p else at_end
 
 
 def _selectable(p: Any, a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:

@@ -13,7 +13,18 @@ import ast
 import copy
 
 from . import runtime as rt
-from .analysis import Context, fired_stmt, loaded_names, located, maybe_tensor_test, name_node, names_stored, rt_call
+from .analysis import (
+    Context,
+    data_sized_names,
+    fired_stmt,
+    loaded_names,
+    located,
+    maybe_tensor_test,
+    name_node,
+    names_stored,
+    rt_call,
+)
+from .attrs import attribute_dicts
 from .branches import BranchRules
 from .checks import CheckRules
 from .effects import defer
@@ -29,6 +40,7 @@ def rewrite(fdef: ast.FunctionDef, ctx: Context) -> int:
     params = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs] + [x.arg for x in (a.vararg, a.kwarg) if x]
     declared_global = {n for s in ast.walk(fdef) if isinstance(s, (ast.Global, ast.Nonlocal)) for n in s.names}
     ctx.locals = (set(params) | names_stored(fdef.body)) - declared_global
+    ctx.data_sized = data_sized_names(fdef)
     loads: dict[str, int] = {}
     for n in loaded_names(fdef):
         loads[n.id] = loads.get(n.id, 0) + 1
@@ -40,6 +52,7 @@ def rewrite(fdef: ast.FunctionDef, ctx: Context) -> int:
         for t in st.targets
         if isinstance(t, ast.Name)
     }
+    attribute_dicts(fdef, ctx)
     legacy_variables(fdef, ctx)
     conditional_expressions(fdef, ctx)
     block.converted = item_for_logging(fdef, ctx, block)

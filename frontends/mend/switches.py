@@ -5,8 +5,9 @@
 - ``reorderable_logging_functions`` gains ``runtime.deferred``, so the deferred effects of
   :mod:`.effects` and :mod:`.checks` move after the graph instead of breaking it.
 
-``allow_rnn`` is left off: with it an ``nn.LSTM`` under autograd raised in AOTAutograd
-("tensors_saved_with_vc_check"), where Dynamo alone skips the frame and runs it.
+- ``allow_rnn``: Dynamo reaches an ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` submodule, whose forward
+  :mod:`.rnn` wrote out in tensor ops (left to itself, ``allow_rnn`` gives a ``torch.lstm`` call that
+  AOTAutograd cannot run under autograd; ``frontends/dynamo.py`` runs such a graph as captured).
 
 :func:`scoped` also retries a trace once when ``torch.cond`` refused a rewritten if/else.
 """
@@ -26,7 +27,7 @@ from . import runtime as rt
 class switches:
     """Dynamo options that remove breaks, for the duration of one compiled call.
 
-    A save/set/restore of three attributes of ``torch._dynamo.config`` rather than
+    A save/set/restore of a few attributes of ``torch._dynamo.config`` rather than
     ``config.patch``: the patch builds a class on every call and cost ~40 us, as much as running a
     small compiled graph. Nested compiled calls restore in order (each call has its own instance).
     """
@@ -47,6 +48,9 @@ class switches:
         if not cfg.specialize_float:
             saved.append(("specialize_float", False))
             cfg.specialize_float = True
+        if not cfg.allow_rnn:
+            saved.append(("allow_rnn", False))
+            cfg.allow_rnn = True
         logging_fns = cfg.reorderable_logging_functions
         if rt.deferred not in logging_fns:
             saved.append(("reorderable_logging_functions", logging_fns))

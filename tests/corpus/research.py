@@ -1033,6 +1033,148 @@ def clamp_both_tails(x):
     return x
 
 
+# --- second round: the same breaks in other shapes (recurrent models, attribute-dict configs, data tests) --
+
+
+class BiGRUTagger(nn.Module):
+    """Sequence tagging (NER-style): embeddings, a 2-layer bidirectional GRU, a per-token classifier."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(30, 12)
+        self.rnn = nn.GRU(12, 10, num_layers=2, bidirectional=True, batch_first=True)
+        self.tag = nn.Linear(20, 5)
+
+    def forward(self, tokens):
+        out, _ = self.rnn(self.emb(tokens))
+        return F.log_softmax(self.tag(out), dim=-1)
+
+
+class Seq2SeqLSTM(nn.Module):
+    """Encoder-decoder: the encoder's final (h, c) start the decoder (teacher forcing)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = nn.LSTM(16, 24, num_layers=2)
+        self.decoder = nn.LSTM(8, 24, num_layers=2)
+        self.out = nn.Linear(24, 8)
+
+    def forward(self, src, tgt):
+        _, (h, c) = self.encoder(src)
+        dec, _ = self.decoder(tgt, (h, c))
+        return self.out(dec)
+
+
+class CharRNN(nn.Module):
+    """The classic tutorial language model: init_hidden with legacy Variables, an Elman RNN."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rnn = nn.RNN(16, 32, num_layers=2, nonlinearity="relu")
+        self.decoder = nn.Linear(32, 16)
+
+    def init_hidden(self, bsz):
+        weight = next(self.parameters()).data
+        return Variable(weight.new(2, bsz, 32).zero_())
+
+    def forward(self, x):
+        hidden = self.init_hidden(x.size(1))
+        out, hidden = self.rnn(x, hidden)
+        return self.decoder(out.view(-1, 32)), hidden
+
+
+class EasyConfig(dict):
+    """``easydict``-style nested configuration, attributes read from the items."""
+
+    __getattr__ = dict.__getitem__
+    __setattr__ = dict.__setitem__
+    __delattr__ = dict.__delitem__
+
+
+class OptionalConfig(dict):
+    """A config whose missing options read as None."""
+
+    __getattr__ = dict.get
+
+
+class ConfigHead(nn.Module):
+    """A head configured by a nested attribute dict, read through a local alias and a nested key."""
+
+    def __init__(self, opt) -> None:
+        super().__init__()
+        self.opt = opt
+        self.proj = nn.Linear(opt.model.dim, opt.model.dim)
+        self.norm = nn.LayerNorm(opt.model.dim)
+
+    def forward(self, x):
+        opt = self.opt
+        h = self.proj(x) * opt.model.residual_scale
+        if opt.model.pre_norm:
+            h = self.norm(h)
+        return x + F.dropout(h, p=opt.train.dropout, training=self.training)
+
+
+class OptionalFeatures(nn.Module):
+    """Options that may be absent (None): a dict.get attribute dict."""
+
+    def __init__(self, cfg) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x):
+        y = self.fc(x)
+        if self.cfg.clip is not None:
+            y = y.clamp(-self.cfg.clip, self.cfg.clip)
+        return y * (self.cfg.gain or 1.0)
+
+
+HPARAMS = EasyConfig(temperature=0.1, eps=1e-6)
+
+
+def nt_xent(z1, z2):
+    """A SimCLR-style loss reading a module-level hyper-parameter dict."""
+    z1 = F.normalize(z1, dim=1, eps=HPARAMS.eps)
+    z2 = F.normalize(z2, dim=1, eps=HPARAMS.eps)
+    logits = z1 @ z2.t() / HPARAMS.temperature
+    return F.cross_entropy(logits, torch.arange(z1.size(0)))
+
+
+class ConfidenceGate(nn.Module):
+    """Adaptive computation: a refinement runs only when the prediction is not confident enough,
+    decided by a helper method comparing a float .item() with a threshold."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = nn.Linear(16, 4)
+        self.refine = nn.Linear(16, 16)
+        self.threshold = 0.5
+
+    def _confident(self, logits):
+        return logits.softmax(-1).max().item() > self.threshold
+
+    def forward(self, x):
+        logits = self.head(x)
+        if not self._confident(logits):
+            logits = self.head(torch.tanh(self.refine(x)) + x)
+        return logits
+
+
+def masked_token_loss(logits, labels):
+    """MLM-style loss over the masked positions only; zero when nothing was masked."""
+    picked = logits[labels >= 0]
+    if picked.size(0) == 0:
+        return logits.sum() * 0.0
+    return F.cross_entropy(picked, labels[labels >= 0])
+
+
+def positive_fraction(scores):
+    """The share of positive scores, guarded against an empty selection (nonzero())."""
+    pos = (scores > 0).nonzero()
+    frac = pos.shape[0] / scores.numel() if pos.numel() > 0 else 0.0
+    return scores * (1 + frac)
+
+
 def _programs() -> list[Program]:
     P = Program
     lab = lambda: torch.tensor([0, 2, 1, 1])  # noqa: E731 - class labels for the loss programs
@@ -1043,9 +1185,6 @@ def _programs() -> list[Program]:
             "legacy autograd",
             "Variable(torch.zeros(...)) as the initial hidden state",
             lambda: (LegacyGRUEncoder(), (seq(),)),
-            graphs=1,
-            breaks=1,
-            note="Dynamo does not trace nn.GRU (allow_rnn is off, see mend/switches.py): the call runs eagerly",
         ),
         P(
             "legacy_mask_no_grad",
@@ -1204,19 +1343,12 @@ def _programs() -> list[Program]:
             "layers with break",
             "user-defined blocks with a break",
             lambda: (EarlyExitUserBlocks(), (torch.randn(4, 16),)),
-            graphs=2,
-            breaks=1,
-            note="user blocks are not known to be side-effect free: the loop runs as written (Dynamo skips forward, "
-            "captures each block)",
         ),
         P(
             "converge_loop",
             "layers with break",
             "fixed-point iteration with a convergence break",
             lambda: (ConvergeLoop(), (torch.randn(4, 16),)),
-            graphs=0,
-            breaks=1,
-            note="the break is not the last statement of the body (z = z_new after it)",
         ),
         # data-dependent integers
         P(
@@ -1256,9 +1388,6 @@ def _programs() -> list[Program]:
             "data-dependent ints",
             "float .item() compared in a helper, used as a test",
             lambda: (item_in_helper_test, (torch.randn(4, 16),)),
-            graphs=2,
-            breaks=1,
-            note="the helper returns a Python bool from .item(): the caller's if needs it in Python",
         ),
         P(
             "split_by_tolist",
@@ -1283,9 +1412,6 @@ def _programs() -> list[Program]:
             "data-dependent ints",
             "mean of a boolean-masked selection, numel() test",
             lambda: (masked_mean, (torch.randn(4, 16),)),
-            graphs=2,
-            breaks=1,
-            note="numel() > 0 of a data-dependent size is a Python bool (an unbacked size cannot be tested in the graph)",
         ),
         # objects Dynamo cannot trace
         P(
@@ -1299,9 +1425,6 @@ def _programs() -> list[Program]:
             "objects",
             "dict subclass with __getattr__ = dict.__getitem__",
             lambda: (ConfiguredMLP(AttrDict(scale=0.5)), (torch.randn(4, 16),)),
-            graphs=0,
-            breaks=1,
-            note="Dynamo refuses a non-function __getattr__ and skips forward (explain names it)",
         ),
         P(
             "ordered_config",
@@ -1401,9 +1524,6 @@ def _programs() -> list[Program]:
             "research modules",
             "LSTM classifier",
             lambda: (LSTMClassifier(), (seq(),)),
-            graphs=0,
-            breaks=1,
-            note="Dynamo does not trace nn.LSTM (allow_rnn is off, see mend/switches.py): forward is skipped",
         ),
         P(
             "embedding_mean",
@@ -1579,6 +1699,75 @@ def _programs() -> list[Program]:
             "expressions",
             "if <tensor> or <tensor>: rescale",
             lambda: (clamp_both_tails, (torch.randn(4, 16) * 3,)),
+        ),
+        P(
+            "bigru_tagger",
+            "research modules",
+            "embedding + 2-layer bidirectional GRU tagger",
+            lambda: (BiGRUTagger(), (torch.randint(0, 30, (2, 7)),)),
+        ),
+        P(
+            "seq2seq_lstm",
+            "research modules",
+            "LSTM encoder (h, c) starting an LSTM decoder",
+            lambda: (Seq2SeqLSTM(), (torch.randn(5, 2, 16), torch.randn(4, 2, 8))),
+        ),
+        P(
+            "char_rnn_init_hidden",
+            "legacy autograd",
+            "init_hidden with Variable(weight.new(...).zero_()) into nn.RNN",
+            lambda: (CharRNN(), (torch.randn(6, 3, 16),)),
+        ),
+        P(
+            "easydict_nested_config",
+            "objects",
+            "nested attribute-dict config read through a local alias",
+            lambda: (
+                ConfigHead(
+                    EasyConfig(
+                        model=EasyConfig(dim=16, residual_scale=0.5, pre_norm=True),
+                        train=EasyConfig(dropout=0.1),
+                    )
+                ),
+                (torch.randn(4, 16),),
+            ),
+        ),
+        P(
+            "optional_config_get",
+            "objects",
+            "attribute dict with __getattr__ = dict.get (missing reads None)",
+            lambda: (OptionalFeatures(OptionalConfig(clip=0.5)), (torch.randn(4, 16) * 3,)),
+        ),
+        P(
+            "global_hparams_loss",
+            "objects",
+            "module-level attribute-dict hyper-parameters in a loss",
+            lambda: (nt_xent, (torch.randn(4, 16), torch.randn(4, 16))),
+        ),
+        P(
+            "confidence_gate",
+            "data-dependent ints",
+            "not self._confident(x) (float .item() > threshold in a helper method)",
+            lambda: (ConfidenceGate(), (torch.randn(4, 16),)),
+        ),
+        P(
+            "masked_token_loss",
+            "data-dependent ints",
+            "early return when a masked selection has size(0) == 0",
+            lambda: (masked_token_loss, (torch.randn(6, 5), torch.tensor([-1, 2, -1, 0, -1, 4]))),
+            graphs=2,
+            breaks=1,
+            note="cross_entropy may raise on its labels, so only torch.cond may take the branch, and torch.cond "
+            "refuses a closure of data-dependent size (torch 2.13: 'could not guard on Eq(5*u0, 0)')",
+        ),
+        P(
+            "positive_fraction",
+            "data-dependent ints",
+            "nonzero() shape[0] / numel() if numel() > 0 else 0.0",
+            lambda: (positive_fraction, (torch.randn(4, 16),)),
+            graphs=2,
+            breaks=1,
+            note="a division (may raise) on one side and a Python float on the other: only Python can choose",
         ),
     ]
 

@@ -1,0 +1,157 @@
+"""Recurrent modules (``nn.LSTM``, ``nn.GRU``, ``nn.RNN``) -> their recurrence in plain tensor ops.
+
+Dynamo refuses to trace an RNN module unless ``allow_rnn`` is on, and with it the module becomes one
+``torch.lstm`` / ``torch.gru`` call that AOTAutograd cannot run under autograd in torch 2.13 (it saves the
+parameters themselves: "expected all tensors_saved_with_vc_check to be Tensors"). So for every submodule
+whose class is exactly one of the three, :func:`install` binds :func:`forward` to the *instance*:
+
+- while Dynamo traces, for a supported call (a tensor input, no ``proj_size``, no dropout in training,
+  at most :data:`MAX_STEPS` recurrent steps), the recurrence is written out in ``matmul`` and pointwise
+  ops (the input projection of all steps in one ``matmul`` per layer and direction, then one small
+  step per time step), which Dynamo traces and every backend can take;
+- while Dynamo traces an unsupported call (a ``PackedSequence``, a long sequence), the class's own
+  ``forward`` is traced: its graph holds a ``torch.lstm``-like call, which the capture frontend runs as
+  Dynamo captured it, eagerly, and explain names (``frontends/dynamo.py``);
+- outside Dynamo the class's own ``forward`` runs (cuDNN and all), so eager results are untouched.
+
+:mod:`.switches` turns ``allow_rnn`` on so that Dynamo reaches this forward; a ``torch.lstm`` call that
+still lands in a graph (an RNN that is not a submodule) makes the capture frontend run that graph as
+Dynamo captured it (``frontends/dynamo.py``).
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import torch
+from torch import nn
+
+from . import runtime as rt
+
+#: time steps x layers x directions written out at most: tracing costs about 20 ms a step on a CPU core
+#: (torch 2.13); a longer call is an unsupported one (above). ``torch._higher_order_ops.scan`` traces
+#: one step whatever the length, but its fixed cost (about 2 s) is larger at the lengths seen here.
+MAX_STEPS = 128
+_KINDS = (nn.LSTM, nn.GRU, nn.RNN)
+
+
+def install(m: nn.Module, where: str, notes: list[int]) -> None:
+    """Bind the written-out :func:`forward` to ``m`` if its class is exactly nn.LSTM / nn.GRU / nn.RNN."""
+    if type(m) not in _KINDS:
+        return
+    bound = vars(m).get("forward")
+    if bound is not None:  # the user's own, or ours from an earlier mend (its note is reported again)
+        if getattr(bound, "__func__", None) is forward:
+            notes.append(vars(m)["_torchmux_rnn_note"])
+        return
+    key = rt.note(f"{where}: {type(m).__name__} -> its recurrence in tensor ops")
+    notes.append(key)
+    object.__setattr__(m, "_torchmux_rnn_note", key)  # read back by forward when traced
+    object.__setattr__(m, "forward", types.MethodType(forward, m))
+
+
+def forward(self: nn.RNNBase, input: Any, hx: Any = None) -> Any:
+    """The module's forward: written out while Dynamo traces a supported call, the class's otherwise."""
+    if not torch.compiler.is_compiling():
+        return type(self).forward(self, input, hx)
+    if not _supported(self, input):  # traced as torch.lstm/gru: frontends/dynamo.py runs that graph eagerly
+        return type(self).forward(self, input, hx)
+    rt.fired(self._torchmux_rnn_note)  # type: ignore[arg-type]  # an int set by install()
+    return _unrolled(self, input, hx)
+
+
+forward._torchmux_mended_from = nn.RNNBase.forward  # type: ignore[attr-defined]  # mended() restores it
+
+
+def _supported(m: nn.RNNBase, input: Any) -> bool:
+    return (
+        isinstance(input, torch.Tensor)
+        and input.dim() in (2, 3)
+        and m.proj_size == 0
+        and not (m.training and m.dropout > 0)
+        and _steps(m, input) <= MAX_STEPS
+    )
+
+
+def _steps(m: nn.RNNBase, input: torch.Tensor) -> int:
+    length = input.shape[1 if m.batch_first and input.dim() == 3 else 0]
+    return int(length) * m.num_layers * (2 if m.bidirectional else 1)
+
+
+def _unrolled(m: nn.RNNBase, input: torch.Tensor, hx: Any) -> Any:
+    batched = input.dim() == 3
+    x = input if batched else input.unsqueeze(1)  # (L, N, H) from here on
+    if batched and m.batch_first:
+        x = x.transpose(0, 1)
+    dirs = 2 if m.bidirectional else 1
+    lstm = isinstance(m, nn.LSTM)
+    if hx is None:
+        zeros = x.new_zeros(m.num_layers * dirs, x.shape[1], m.hidden_size)
+        h0, c0 = zeros, zeros
+    elif lstm:
+        h0, c0 = hx if batched else (hx[0].unsqueeze(1), hx[1].unsqueeze(1))
+    else:
+        h0, c0 = (hx if batched else hx.unsqueeze(1)), None
+    h_out, c_out = [], []
+    for layer in range(m.num_layers):
+        outs = []
+        for d in range(dirs):
+            i = layer * dirs + d
+            h, c, ys = _direction(m, x, layer, d, h0[i], c0[i] if c0 is not None else None)
+            outs.append(ys)
+            h_out.append(h)
+            c_out.append(c)
+        x = outs[0] if dirs == 1 else torch.cat(outs, dim=2)
+    out, h_n = x, torch.stack(h_out)
+    if batched and m.batch_first:
+        out = out.transpose(0, 1)
+    if not batched:
+        out, h_n = out.squeeze(1), h_n.squeeze(1)
+    if not lstm:
+        return out, h_n
+    c_n = torch.stack([c for c in c_out if c is not None])
+    return out, (h_n, c_n if batched else c_n.squeeze(1))
+
+
+def _direction(
+    m: nn.RNNBase, x: torch.Tensor, layer: int, d: int, h: torch.Tensor, c: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """One layer, one direction over the whole sequence: final h (and c), and the outputs (L, N, H)."""
+    suffix = f"_l{layer}" + ("_reverse" if d else "")
+    w_ih, w_hh = getattr(m, "weight_ih" + suffix), getattr(m, "weight_hh" + suffix)
+    b_ih = getattr(m, "bias_ih" + suffix) if m.bias else None
+    b_hh = getattr(m, "bias_hh" + suffix) if m.bias else None
+    projected = torch.matmul(x, w_ih.t())  # every step's input projection at once
+    if b_ih is not None:
+        projected = projected + b_ih
+    steps = range(x.shape[0] - 1, -1, -1) if d else range(x.shape[0])
+    ys: list[torch.Tensor] = []
+    for t in steps:
+        recurrent = torch.matmul(h, w_hh.t())
+        if b_hh is not None:
+            recurrent = recurrent + b_hh
+        h, c = _cell(m, projected[t], recurrent, h, c)
+        ys.append(h)
+    if d:
+        ys.reverse()
+    return h, c, torch.stack(ys)
+
+
+def _cell(
+    m: nn.RNNBase, gi: torch.Tensor, gh: torch.Tensor, h: torch.Tensor, c: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One time step: the gate equations of the nn.LSTM / nn.GRU / nn.RNN documentation."""
+    if isinstance(m, nn.LSTM):
+        i, f, g, o = (gi + gh).chunk(4, dim=-1)
+        assert c is not None  # an LSTM carries its cell state
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        return torch.sigmoid(o) * torch.tanh(c), c
+    if isinstance(m, nn.GRU):
+        i_r, i_z, i_n = gi.chunk(3, dim=-1)
+        h_r, h_z, h_n = gh.chunk(3, dim=-1)
+        r, z = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
+        n = torch.tanh(i_n + r * h_n)
+        return (1 - z) * n + z * h, None
+    pre = gi + gh
+    return (torch.tanh(pre) if m.nonlinearity == "tanh" else torch.relu(pre)), None

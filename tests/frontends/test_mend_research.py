@@ -1,0 +1,331 @@
+"""The mend rules for research code's breaks: RNN modules, attribute dicts, Python tests of tensor data.
+
+Each rule is checked for one graph where it applies, eager's values (and gradients), and the original
+behaviour where it does not apply.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.nn.utils.rnn import pack_padded_sequence
+
+import torchmux
+
+
+def explain(model, *args):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torchmux.explain(model, *args, backend="eager")
+
+
+def compiled(model):
+    torch._dynamo.reset()
+    return torchmux.compile(model, backend="eager")
+
+
+def _flat(out):
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _flat(o)]
+    return [out]
+
+
+# --- rnn.py: nn.LSTM / nn.GRU / nn.RNN written out in tensor ops -------------------------------------
+
+
+class Recurrent(nn.Module):
+    def __init__(self, rnn: nn.Module) -> None:
+        super().__init__()
+        self.rnn = rnn
+        self.head = nn.Linear(2 * 8, 3)
+
+    def forward(self, x, hx=None):
+        out, h = self.rnn(x, hx)
+        return self.head(out[:, -1]), h
+
+
+RNNS = [
+    lambda: nn.LSTM(5, 8, num_layers=2, bidirectional=True, batch_first=True),
+    lambda: nn.GRU(5, 8, num_layers=2, bidirectional=True, batch_first=True),
+    lambda: nn.RNN(5, 8, num_layers=2, bidirectional=True, batch_first=True, nonlinearity="relu"),
+]
+
+
+@pytest.mark.parametrize("make", RNNS, ids=["lstm", "gru", "rnn"])
+def test_rnn_module_is_one_graph_with_eagers_values_and_gradients(make) -> None:
+    torch.manual_seed(0)
+    model = Recurrent(make())
+    x = torch.randn(3, 6, 5)
+    hx = torch.randn(4, 3, 8)
+    hx = (hx, torch.randn(4, 3, 8)) if isinstance(model.rnn, nn.LSTM) else hx
+    rep = explain(model, x, hx)
+    assert (rep.graph_count, rep.graph_break_count) == (1, 0)
+    assert any("recurrence in tensor ops" in r for r in rep.rewrites)
+    fast = compiled(model)
+    got, want = fast(x, hx), model(x, hx)
+    for a, b in zip(_flat(got), _flat(want)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    _flat(got)[0].sum().backward()  # under autograd (AOTAutograd could not run torch.lstm there)
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    _flat(want)[0].sum().backward()
+    for a, b in zip(grads, [p.grad for p in model.parameters()]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_rnn_outside_dynamo_runs_the_class_forward_and_packed_input_runs_eagerly() -> None:
+    torch.manual_seed(0)
+    lstm = nn.LSTM(5, 8, batch_first=True)
+    model = Recurrent(nn.LSTM(5, 16, batch_first=True))
+    fast = compiled(model)
+    x = torch.randn(2, 4, 5)
+    fast(x)
+    assert "forward" in vars(model.rnn)  # installed on the instance only
+    assert "forward" not in vars(lstm) and type(model.rnn).forward is nn.LSTM.forward
+    out_mended, _ = model.rnn(x)  # no Dynamo: the class's own forward, bit for bit
+    out_plain, _ = nn.LSTM.forward(model.rnn, x)
+    assert torch.equal(out_mended, out_plain)
+
+    class Packed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = nn.GRU(5, 8, batch_first=True)
+
+        def forward(self, x, lengths):
+            _, h = self.rnn(pack_padded_sequence(x, lengths, batch_first=True))
+            return h[-1] * 2
+
+    packed, lengths = Packed(), torch.tensor([4, 2])
+    torch.testing.assert_close(compiled(packed)(x, lengths), packed(x, lengths))
+
+
+def test_rnn_longer_than_the_step_limit_is_a_graph_run_eagerly(monkeypatch) -> None:
+    from torchmux.frontends.mend import rnn
+
+    monkeypatch.setattr(rnn, "MAX_STEPS", 4)
+    torch.manual_seed(0)
+    model, x = Recurrent(nn.GRU(5, 16, batch_first=True)), torch.randn(2, 6, 5)
+    rep = explain(model, x)
+    assert any(g.error and "nn.LSTM/GRU/RNN" in g.error for g in rep.graphs)  # explain says it ran eagerly
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = compiled(model)(x)[0]
+    torch.testing.assert_close(got, model(x)[0])
+    got.sum().backward()
+
+
+def test_rnn_dynamo_reaches_unmended_is_run_as_captured_not_crashed() -> None:
+    """An RNN that is not a submodule (in a plain list) reaches the graph as torch.lstm under allow_rnn:
+    the graph runs as Dynamo captured it, with eager's values and gradients."""
+    torch.manual_seed(0)
+
+    class Hidden(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(8, 2)
+            self.rnns = [nn.LSTM(5, 8)]  # not registered: mend does not see it
+
+        def forward(self, x):
+            out, _ = self.rnns[0](x)
+            return self.fc(out[-1])
+
+    model, x = Hidden(), torch.randn(4, 3, 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = compiled(model)(x)
+    torch.testing.assert_close(got, model(x))
+    got.sum().backward()
+
+
+# --- attrs.py: attribute dicts (``__getattr__ = dict.__getitem__``) ---------------------------------
+
+
+class AttrDict(dict):
+    __getattr__ = dict.__getitem__
+    __setattr__ = dict.__setitem__
+
+
+class LooseDict(dict):
+    __getattr__ = dict.get  # a missing key reads as None
+
+
+GLOBAL_CFG = AttrDict(shift=1.5)
+
+
+class Configured(nn.Module):
+    def __init__(self, cfg) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        cfg = self.cfg
+        y = self.fc(x) * self.cfg.model.scale + GLOBAL_CFG.shift  # nested, and a global
+        if cfg.bias is not None:  # an alias; LooseDict reads a missing key as None
+            y = y + cfg.bias
+        return y * len(self.cfg.keys())  # a method of dict stays a method call
+
+
+@pytest.mark.parametrize("cls", [AttrDict, LooseDict])
+def test_attribute_dict_config_is_one_graph_with_eagers_values(cls) -> None:
+    cfg = cls(model=cls(scale=0.5), bias=2.0) if cls is AttrDict else cls(model=cls(scale=0.5))
+    model, x = Configured(cfg), torch.randn(3, 4)
+    rep = explain(model, x)
+    assert (rep.graph_count, rep.graph_break_count) == (1, 0)
+    assert sum("attribute dict read" in r for r in rep.rewrites) >= 3
+    torch.testing.assert_close(compiled(model)(x), model(x))
+
+
+def test_attribute_dict_missing_key_raises_keyerror_as_eager() -> None:
+    model, x = Configured(AttrDict(model=AttrDict(), bias=None)), torch.randn(3, 4)
+    with pytest.raises(KeyError, match="scale"):
+        model(x)
+    with pytest.raises(KeyError, match="scale"):
+        compiled(model)(x)
+
+
+def test_plain_objects_are_not_rewritten() -> None:
+    from types import SimpleNamespace
+
+    from torchmux.frontends.mend import source_of
+
+    model = Configured(SimpleNamespace(model=SimpleNamespace(scale=0.5), bias=None, keys=lambda: [1]))
+    torchmux.frontends.mend.mend(model)
+    source = source_of(model.forward)
+    assert "self.cfg.model.scale" in source and "cfg.bias" in source  # not attribute dicts: as written
+    assert "'shift')" in source  # the global is one
+    torch.testing.assert_close(compiled(model)(torch.ones(1, 4)), model(torch.ones(1, 4)))
+
+
+# --- runtime.data_test: a bool Dynamo holds symbolically is a tensor test ---------------------------
+
+
+def _is_positive(v):
+    return v.mean().item() > 0.0  # a Python bool made of tensor data, returned by a helper
+
+
+def sign_shift(x):
+    if _is_positive(x):
+        return x + 1
+    return x - 1
+
+
+def masked_mean_or_zero(x):
+    kept = x[x.abs() < 0.5]
+    return kept.mean() if kept.numel() > 0 else torch.zeros(())
+
+
+def argmax_is(x):
+    if x.sum(0).argmax().item() == 2:  # an int .item(): compared as a symbolic int, exactly
+        x = x * 2
+    return x - 1
+
+
+@pytest.mark.parametrize("fn", [sign_shift, masked_mean_or_zero, argmax_is], ids=lambda f: f.__name__)
+def test_symbolic_bool_tests_are_one_graph_and_take_both_ways(fn) -> None:
+    torch.manual_seed(0)
+    rep = explain(fn, torch.randn(4, 3))
+    assert (rep.graph_count, rep.graph_break_count) == (1, 0)
+    fast = compiled(fn)
+    inputs = [torch.randn(4, 3), -torch.rand(4, 3) - 1, torch.rand(4, 3) + 1, torch.eye(4, 3) * 5]
+    for x in inputs:  # one compiled graph gives each way's value (an empty selection included)
+        torch.testing.assert_close(fast(x), fn(x))
+
+
+def test_constant_bools_stay_python() -> None:
+    from torchmux.frontends.mend import runtime as rt
+
+    def f(x, n):
+        return x + (1 if isinstance(rt.data_test(n == 1), bool) else 2)
+
+    torch._dynamo.reset()
+    x = torch.zeros(2)
+    torch.testing.assert_close(torch.compile(f, backend="eager")(x, 1), f(x, 1))
+    torch.testing.assert_close(f(x, 1), torch.ones(2))
+
+
+# --- analysis.pure_forward: user blocks whose forward is side-effect free --------------------------
+
+
+class PureBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.act = nn.GELU()
+
+    def forward(self, x):
+        h = self.fc(x)
+        return self.act(h) + x
+
+
+class CountingBlock(PureBlock):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1  # a side effect: the loop must run as written
+        return self.fc(x) + x
+
+
+class EarlyExit(nn.Module):
+    def __init__(self, block: type[nn.Module]) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([block() for _ in range(4)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+            if x.norm() > 6:
+                break
+        return x
+
+
+def test_loop_over_pure_user_blocks_with_a_break_is_one_graph() -> None:
+    torch.manual_seed(0)
+    model = EarlyExit(PureBlock).eval()
+    x = torch.randn(2, 4)
+    rep = explain(model, x)
+    assert (rep.graph_count, rep.graph_break_count) == (1, 0)
+    fast = compiled(model)
+    with torch.no_grad():
+        for scale in (0.1, 1.0, 3.0):  # stops after 1, some or no blocks
+            torch.testing.assert_close(fast(x * scale), model(x * scale))
+
+
+def test_loop_over_user_blocks_with_side_effects_runs_as_written() -> None:
+    torch.manual_seed(0)
+    model = EarlyExit(CountingBlock).eval()
+    x = torch.randn(2, 4) * 3
+    with torch.no_grad():
+        want = model(x)
+        calls = [b.calls for b in model.blocks]
+        got = compiled(model)(x)
+    torch.testing.assert_close(got, want)
+    assert [b.calls for b in model.blocks] == [2 * c for c in calls]  # the same blocks ran, once more each
+
+
+# --- loops.break_convert: the break test mid-body, over range(n) ------------------------------------
+
+
+def damped_fixed_point(x):
+    z = torch.zeros_like(x)
+    for _ in range(8):
+        z_new = 0.5 * z + x
+        if (z_new - z).abs().max() < 0.1:
+            break
+        z = z_new  # after the test: counts only when the loop went on
+    return z
+
+
+def test_fixed_point_loop_with_a_mid_body_break_is_one_graph_for_every_exit() -> None:
+    x = torch.ones(2, 3)
+    rep = explain(damped_fixed_point, x)
+    assert (rep.graph_count, rep.graph_break_count) == (1, 0)
+    assert any("masked loop" in r for r in rep.rewrites)
+    fast = compiled(damped_fixed_point)
+    for scale in (0.05, 0.3, 1.0, 3.0, 100.0):  # breaks at the first, a middle or no iteration
+        torch.testing.assert_close(fast(x * scale), damped_fixed_point(x * scale))
