@@ -279,7 +279,10 @@ def _wait(child: subprocess.Popen, deadline: float) -> tuple[tuple[bool, str] | 
         if not chunk:  # the child is gone
             code = child.wait()
             if code < 0:
-                return (False, f"crashed with signal {-code} ({signal.Signals(-code).name}) in an isolated trial"), False
+                return (
+                    False,
+                    f"crashed with signal {-code} ({signal.Signals(-code).name}) in an isolated trial",
+                ), False
             return (False, f"exited with status {code} in an isolated trial"), False
         pending += chunk
 

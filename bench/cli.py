@@ -83,7 +83,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--calls", type=int, default=50, help="varying-shapes: how many calls (sizes) per model (default 50)"
     )
-    p.add_argument("--seed", type=int, default=13, help="varying-shapes: the seed the sizes are drawn from (default 13)")
+    p.add_argument(
+        "--seed", type=int, default=13, help="varying-shapes: the seed the sizes are drawn from (default 13)"
+    )
     p.add_argument(
         "--batch-size",
         type=_ints,

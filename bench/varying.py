@@ -108,9 +108,7 @@ def varying_child(model: str, system: str, calls: int, seed: int, device: str, t
         if device == "cuda":
             torch.cuda.synchronize()
         total = time.perf_counter() - t0
-    wrong = [
-        (i, w) for i, out in enumerate(outs) if (w := mismatch(tensors_of(out), expected[i], scale=MATCH_SCALE))
-    ]
+    wrong = [(i, w) for i, out in enumerate(outs) if (w := mismatch(tensors_of(out), expected[i], scale=MATCH_SCALE))]
     return {
         "ok": True,
         "total_s": total,
@@ -204,4 +202,3 @@ def format_varying(report: dict[str, Any]) -> str:
                 f"{answer}{fallbacks}"
             )
     return "\n".join(lines)
-

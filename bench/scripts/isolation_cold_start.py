@@ -41,7 +41,9 @@ def first_call(model: str, isolation: str, cache: str) -> dict[str, float]:
         TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"),
         TORCHMUX_ISOLATE=isolation if isolation != "torch.compile" else "off",
     )
-    out = subprocess.run([sys.executable, "-c", _CHILD, model, isolation], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, model, isolation], env=env, capture_output=True, text=True, check=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

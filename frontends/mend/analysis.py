@@ -493,7 +493,9 @@ def exact_items(test: ast.expr) -> ast.expr:
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):  # `not t` would ask Python for bool(t)
         return ast.copy_location(rt_call("not_", exact_items(test.operand)), test)
     if isinstance(test, ast.Compare):
-        test = ast.copy_location(ast.Compare(numeric(test.left), test.ops, [numeric(c) for c in test.comparators]), test)
+        test = ast.copy_location(
+            ast.Compare(numeric(test.left), test.ops, [numeric(c) for c in test.comparators]), test
+        )
     return ast.copy_location(rt_call("data_test", test), test)  # a symbolic bool becomes a tensor test
 
 

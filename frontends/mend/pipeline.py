@@ -161,7 +161,7 @@ def mended(model: Any, enabled: bool = True) -> Iterator[tuple[Any, Rewrites]]:
 
 
 def _where(model: torch.nn.Module, name: str) -> str:
-    """"file:line: self.<name>" for submodule ``name`` of ``model``: the model's forward, where it is called."""
+    """ "file:line: self.<name>" for submodule ``name`` of ``model``: the model's forward, where it is called."""
     code = getattr(type(model).forward, "__code__", None)
     place = f"{code.co_filename}:{code.co_firstlineno}" if code else type(model).__qualname__
     return f"{place}: self.{name}" if name else place
