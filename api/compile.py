@@ -69,12 +69,14 @@ def compile(
     settings.REMOTE_CACHE.get()  # a malformed TORCHMUX_REMOTE_CACHE is refused here, not at the first call
     watch_recompile_limit()  # Dynamo's silent switch to eager past its limit becomes a warning
     if config.get("mend"):  # remove graph breaks from the source first (frontends/mend/)
-        from ..frontends.mend import mend, scoped
+        from ..frontends.mend import mend, scoped, while_tracing
 
         model, _ = mend(model)
     compiled = torch.compile(model, backend=shared_backend(config), fullgraph=fullgraph, dynamic=dynamic)
     if config.get("mend") and isinstance(compiled, torch.nn.Module):
-        compiled.forward = scoped(compiled.forward)  # Dynamo's switches, scoped to each call
+        # Dynamo's switches (frontends/mend/switches.py): set while Dynamo traces, else around each call
+        per_call = not while_tracing(compiled)  # first: it rebuilds compiled.forward
+        compiled.forward = scoped(compiled.forward, per_call=per_call)
     elif config.get("mend"):
         compiled = functools.wraps(model)(scoped(compiled))
     if isinstance(compiled, torch.nn.Module):
@@ -168,11 +170,14 @@ def _numpy_runs_eagerly(fn: Callable[..., Any], original: Callable[..., Any]) ->
     """A NumPy array argument runs the original code: eager's behaviour (a TypeError from torch, or
     whatever the user's code does with it) is kept; Dynamo would quietly trace it as a tensor."""
 
+    tensor = torch.Tensor
+
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
-        if any(type(a).__module__ == "numpy" for a in args) or any(
-            type(v).__module__ == "numpy" for v in kwargs.values()
-        ):
+        for a in args:  # a plain loop, tensors first: this runs on every call (two generators cost ~2 us)
+            if type(a) is not tensor and type(a).__module__ == "numpy":
+                return original(*args, **kwargs)
+        if kwargs and any(type(v).__module__ == "numpy" for v in kwargs.values()):
             return original(*args, **kwargs)
         return fn(*args, **kwargs)
 
