@@ -18,7 +18,7 @@ from ..autotune.runner import GraphRunner
 from ..core import settings
 from ..core.config import CompileConfig, resolve
 from ..core.errors import BadArgumentError, FullGraphError
-from ..frontends.dynamo import TorchmuxDynamoBackend, watch_recompile_limit
+from ..frontends.dynamo import TorchmuxDynamoBackend, watch_recompile_limit, while_tracing
 
 
 def compile(
@@ -69,14 +69,17 @@ def compile(
     settings.REMOTE_CACHE.get()  # a malformed TORCHMUX_REMOTE_CACHE is refused here, not at the first call
     watch_recompile_limit()  # Dynamo's silent switch to eager past its limit becomes a warning
     if config.get("mend"):  # remove graph breaks from the source first (frontends/mend/)
-        from ..frontends.mend import mend, scoped, while_tracing
+        from ..frontends.mend import mend, scoped, tracing
 
         model, _ = mend(model)
     compiled = torch.compile(model, backend=shared_backend(config), fullgraph=fullgraph, dynamic=dynamic)
+    # torchmux's Dynamo options (and the mend pass's switches) while Dynamo traces (frontends/dynamo.py);
+    # first: it rebuilds compiled.forward. Where it cannot, the switches go around each call
+    traced = isinstance(compiled, torch.nn.Module) and while_tracing(
+        compiled, tracing if config.get("mend") else None
+    )
     if config.get("mend") and isinstance(compiled, torch.nn.Module):
-        # Dynamo's switches (frontends/mend/switches.py): set while Dynamo traces, else around each call
-        per_call = not while_tracing(compiled)  # first: it rebuilds compiled.forward
-        compiled.forward = scoped(compiled.forward, per_call=per_call)
+        compiled.forward = scoped(compiled.forward, per_call=not traced)
     elif config.get("mend"):
         compiled = functools.wraps(model)(scoped(compiled))
     if isinstance(compiled, torch.nn.Module):

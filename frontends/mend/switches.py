@@ -11,9 +11,9 @@
 **When they are set.** Dynamo reads these options only while it traces a frame: its guards do not
 test them (a cached graph runs whatever they hold), the compiled code does not read them, and the
 backends compile in threads of their own, where these context-local settings (``ContextVar``s in
-torch's config module) never reached. So for a compiled ``nn.Module`` :func:`while_tracing` sets them
-around Dynamo's frame callback, which runs only on a cache miss (a first call, a recompile), and a
-call that hits the cache pays nothing for them; saving and restoring four config attributes around
+torch's config module) never reached. So for a compiled ``nn.Module`` they are set around Dynamo's
+frame callback (``frontends/dynamo.py`` ``while_tracing``, given :func:`tracing`), which runs only on
+a cache miss (a first call, a recompile), and a call that hits the cache pays nothing for them; saving and restoring four config attributes around
 every call cost ~18 us, as much as the rest of torchmux's per-call work. A compiled function (whose
 Dynamo wrapper keeps its callback in a closure) gets them around each call (:func:`scoped`).
 
@@ -68,34 +68,14 @@ class switches:
             setattr(cfg, name, value)
 
 
-def while_tracing(compiled: Any) -> bool:
-    """Set the switches only while Dynamo traces ``compiled`` (what ``torch.compile`` returned for an
-    ``nn.Module``): they go around its Dynamo context's frame callback, and its forward is rebuilt on
-    it. False (and nothing changed) where ``compiled`` is not an ``OptimizedModule`` laid out as torch
-    2.x lays it out; the caller then sets them around each call (``scoped(fn)``).
-
-    The wrapper carries ``_torchdynamo_orig_backend`` as the callback did (the link Dynamo follows to
-    the backend that compiled a cached graph, and to rebuild the callback under ``set_stance``), so
-    Dynamo sees the same backend through it."""
-    ctx = getattr(compiled, "dynamo_ctx", None)
-    callback = getattr(ctx, "callback", None)
-    rebuild = getattr(compiled, "_initialize", None)
-    if not callable(callback) or not callable(rebuild) or not hasattr(callback, "_torchdynamo_orig_backend"):
-        return False
-
-    def traced(*args: Any, **kwargs: Any) -> Any:
-        with switches():
-            return callback(*args, **kwargs)
-
-    traced._torchdynamo_orig_backend = callback._torchdynamo_orig_backend  # type: ignore[attr-defined]  # Dynamo's link, see above
-    ctx.callback = traced
-    rebuild()  # the forward Dynamo built holds the callback it was built with: build it on ours
-    return True
+def tracing() -> switches:
+    """The switches for :func:`torchmux.frontends.dynamo.while_tracing` (looked up when Dynamo traces)."""
+    return switches()
 
 
 def scoped(fn: Callable[..., Any], per_call: bool = True) -> Callable[..., Any]:
-    """``fn`` run under :func:`switches`; with ``per_call=False`` without them (:func:`while_tracing`
-    set them where Dynamo traces), keeping the retry for ``torch.cond``."""
+    """``fn`` run under :func:`switches`; with ``per_call=False`` without them (``while_tracing`` set
+    them where Dynamo traces), keeping the retry for ``torch.cond``."""
     if not per_call:
 
         @functools.wraps(fn)
