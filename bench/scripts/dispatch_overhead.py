@@ -127,6 +127,8 @@ def main() -> None:
         "torch.compile": torch.compile(model),
         "torchmux inductor": torchmux.compile(model, backend="inductor"),
         "torchmux inductor, mend off": torchmux.compile(model, backend="inductor", options={"mend": False}),
+        # unfrozen: the same Inductor code as torch.compile's (frozen, each Linear calls MKL from Python)
+        "torchmux inductor, freeze off": torchmux.compile(model, backend="inductor", options={"freeze": False}),
         **_onnxruntime(model),
     }
     with torch.no_grad():
