@@ -142,17 +142,25 @@ class TraceOptions:
 
     def __enter__(self) -> None:
         cfg = torch._dynamo.config
-        self._saved = cfg.record_runtime_overhead
-        cfg.record_runtime_overhead = False
+        self._saved = getattr(cfg, "record_runtime_overhead", None)  # None: a torch without the option
+        if self._saved is not None:
+            cfg.record_runtime_overhead = False
         if self._extra is not None:
-            self._extra.__enter__()
+            try:
+                self._extra.__enter__()
+            except BaseException:
+                self._extra = None  # it set nothing to restore
+                self.__exit__(None, None, None)
+                raise
 
     def __exit__(self, *exc: Any) -> None:
+        extra, self._extra = self._extra, None
         try:
-            if self._extra is not None:
-                self._extra.__exit__(*exc)
+            if extra is not None:
+                extra.__exit__(*exc)
         finally:
-            torch._dynamo.config.record_runtime_overhead = self._saved
+            if self._saved is not None:
+                torch._dynamo.config.record_runtime_overhead = self._saved
 
 
 def while_tracing(compiled: Any, extra: Callable[[], Any] | None = None) -> bool:
@@ -166,7 +174,7 @@ def while_tracing(compiled: Any, extra: Callable[[], Any] | None = None) -> bool
     lays it out. The wrapper carries ``_torchdynamo_orig_backend`` as the callback did (the link Dynamo
     follows to the backend that compiled a cached graph, and to rebuild the callback under
     ``set_stance``), so Dynamo sees the same backend through it."""
-    ctx = getattr(compiled, "dynamo_ctx", None)
+    ctx: Any = getattr(compiled, "dynamo_ctx", None)
     callback = getattr(ctx, "callback", None)
     rebuild = getattr(compiled, "_initialize", None)
     if not callable(callback) or not callable(rebuild) or not hasattr(callback, "_torchdynamo_orig_backend"):

@@ -23,6 +23,7 @@ wrappers), so the differences between rows say where the time goes.
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 import warnings
 from collections.abc import Callable
@@ -134,7 +135,7 @@ def main() -> None:
     with torch.no_grad():
         for fn in systems.values():
             fn(x)  # compile
-        figures = interleaved({name: (lambda fn=fn: fn(x)) for name, fn in systems.items()}, a.calls, a.rounds)
+        figures = interleaved({name: functools.partial(fn, x) for name, fn in systems.items()}, a.calls, a.rounds)
         inside = parts(systems["torchmux inductor"], x, a.calls, a.rounds) if a.parts else {}
     base = figures["torch.compile"]
     print(f"{'system':30s} {'us/call':>8s} {'vs torch.compile':>17s}")
