@@ -19,7 +19,7 @@ from ..autotune.runner import GraphRunner
 from ..core import settings
 from ..core.config import CompileConfig, resolve
 from ..core.errors import BadArgumentError, FullGraphError
-from ..frontends.dynamo import TorchmuxDynamoBackend, watch_recompile_limit
+from ..frontends.dynamo import TorchmuxDynamoBackend, watch_recompile_limit, while_tracing
 
 
 def compile(
@@ -71,12 +71,17 @@ def compile(
     watch_recompile_limit()  # Dynamo's silent switch to eager past its limit becomes a warning
     isolate.prestart(config.backends, config.get("isolate") or settings.ISOLATE.get())  # trials' child, while capturing
     if config.get("mend"):  # remove graph breaks from the source first (frontends/mend/)
-        from ..frontends.mend import mend, scoped
+        from ..frontends.mend import mend, scoped, tracing
 
         model, _ = mend(model)
     compiled = torch.compile(model, backend=shared_backend(config), fullgraph=fullgraph, dynamic=dynamic)
+    # torchmux's Dynamo options (and the mend pass's switches) while Dynamo traces (frontends/dynamo.py);
+    # first: it rebuilds compiled.forward. Where it cannot, the switches go around each call
+    traced = isinstance(compiled, torch.nn.Module) and while_tracing(
+        compiled, tracing if config.get("mend") else None
+    )
     if config.get("mend") and isinstance(compiled, torch.nn.Module):
-        compiled.forward = scoped(compiled.forward)  # Dynamo's switches, scoped to each call
+        compiled.forward = scoped(compiled.forward, per_call=not traced)
     elif config.get("mend"):
         compiled = functools.wraps(model)(scoped(compiled))
     if isinstance(compiled, torch.nn.Module):
@@ -170,11 +175,14 @@ def _numpy_runs_eagerly(fn: Callable[..., Any], original: Callable[..., Any]) ->
     """A NumPy array argument runs the original code: eager's behaviour (a TypeError from torch, or
     whatever the user's code does with it) is kept; Dynamo would quietly trace it as a tensor."""
 
+    tensor = torch.Tensor
+
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
-        if any(type(a).__module__ == "numpy" for a in args) or any(
-            type(v).__module__ == "numpy" for v in kwargs.values()
-        ):
+        for a in args:  # a plain loop, tensors first: this runs on every call (two generators cost ~2 us)
+            if type(a) is not tensor and type(a).__module__ == "numpy":
+                return original(*args, **kwargs)
+        if kwargs and any(type(v).__module__ == "numpy" for v in kwargs.values()):
             return original(*args, **kwargs)
         return fn(*args, **kwargs)
 

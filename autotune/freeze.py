@@ -130,9 +130,9 @@ _VERSION = attrgetter("_version")
 
 def _picker(positions: Sequence[int]) -> Callable[[Sequence[Any]], tuple]:
     """A C-level function that returns ``tuple(args[i] for i in positions)``."""
-    if len(positions) == 1:
+    if len(positions) == 1:  # a slice of the argument tuple is a tuple: no Python frame per call
         only = positions[0]
-        return lambda args: (args[only],)
+        return itemgetter(slice(only, only + 1))
     if not positions:
         return lambda args: ()
     return itemgetter(*positions)

@@ -59,11 +59,13 @@ class Guard:
 
     def __call__(self, *args: Any) -> Sequence[Any]:
         self.calls += 1
-        if self._trusted or self.policy == "off":
-            return self._run(args)
-        check = self._due(args)
-        if not check:
-            return self._run(args)
+        if self._trusted or self.policy == "off" or not self._due(args):
+            try:  # _run, inlined: this is every call's path
+                return self.fn(*args)
+            except Exception as e:
+                if self._trusted:
+                    raise  # eager raised it: the user's own exception
+                return self._demote(f"raised {short_error(e)} on call {self.calls}", args)
         try:
             out, wrong = verify.check_call(self.ir, self.fn, args, twice=False)
         except Exception as e:  # noqa: BLE001 -- a backend's fault of any kind is a measurement, never the user's crash
@@ -89,14 +91,6 @@ class Guard:
         if self._watch_nonfinite and any(k in ("nan", "inf") for k in kind):
             return True  # an op the backend's claims mark unsafe on NaN/inf: every such call is checked
         return new_kind or verify.scheduled(self.calls)
-
-    def _run(self, args: Sequence[Any]) -> Sequence[Any]:
-        try:
-            return self.fn(*args)
-        except Exception as e:
-            if self._trusted:
-                raise  # eager raised it: the user's own exception
-            return self._demote(f"raised {short_error(e)} on call {self.calls}", args)
 
     def _demote(self, reason: str, args: Sequence[Any] | None) -> Any:
         """Stop using the chosen backend for this graph; answer ``args`` (if given) with the next candidate."""

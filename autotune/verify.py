@@ -79,8 +79,8 @@ def input_kind(args: Sequence[Any], keyed: Sequence[int]) -> tuple:
     for i in keyed:
         a = args[i]
         if isinstance(a, torch.Tensor) and a.dtype.is_floating_point and a.numel():
-            lo, hi = torch.aminmax(a.detach())
-            peak = max(-float(lo), float(hi))  # NaN if either is NaN
+            lo, hi = torch.aminmax(a.detach() if a.requires_grad else a)  # runs on every call: no needless detach
+            peak = max(-lo.item(), hi.item())  # NaN if either is NaN
             kind.append(
                 "nan"
                 if math.isnan(peak)

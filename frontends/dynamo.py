@@ -138,6 +138,71 @@ class TorchmuxDynamoBackend:
             return gm.forward
 
 
+class TraceOptions:
+    """Dynamo options torchmux sets while Dynamo traces one of its programs, and ``extra()``'s (the mend
+    pass's switches) inside them; restored after.
+
+    ``record_runtime_overhead`` off: with it on (torch's default) Dynamo's bytecode brackets every call
+    of a graph with two ``torch._dynamo.disable``-wrapped calls that open a profiler range ("Pregraph
+    bytecode") only while torch.profiler runs; ~6 us a call of a compiled program, every call. Off,
+    a profile of torchmux's programs lacks that range; nothing else changes.
+    """
+
+    __slots__ = ("_extra", "_saved")
+
+    def __init__(self, extra: Callable[[], Any] | None = None) -> None:
+        self._extra = extra() if extra is not None else None
+
+    def __enter__(self) -> None:
+        cfg = torch._dynamo.config
+        self._saved = getattr(cfg, "record_runtime_overhead", None)  # None: a torch without the option
+        if self._saved is not None:
+            cfg.record_runtime_overhead = False
+        if self._extra is not None:
+            try:
+                self._extra.__enter__()
+            except BaseException:
+                self._extra = None  # it set nothing to restore
+                self.__exit__(None, None, None)
+                raise
+
+    def __exit__(self, *exc: Any) -> None:
+        extra, self._extra = self._extra, None
+        try:
+            if extra is not None:
+                extra.__exit__(*exc)
+        finally:
+            if self._saved is not None:
+                torch._dynamo.config.record_runtime_overhead = self._saved
+
+
+def while_tracing(compiled: Any, extra: Callable[[], Any] | None = None) -> bool:
+    """Set :class:`TraceOptions` (with ``extra``) only while Dynamo traces ``compiled`` (what
+    ``torch.compile`` returned for an ``nn.Module``): they go around its Dynamo context's frame callback,
+    which Dynamo calls only on a cache miss (a first call, a recompile), and its forward is rebuilt on
+    it; a call that hits the cache pays nothing for them. Dynamo reads these options only while it
+    traces (its guards do not test them), and the backends compile in threads of their own.
+
+    False (and nothing changed) where ``compiled`` is not an ``OptimizedModule`` laid out as torch 2.x
+    lays it out. The wrapper carries ``_torchdynamo_orig_backend`` as the callback did (the link Dynamo
+    follows to the backend that compiled a cached graph, and to rebuild the callback under
+    ``set_stance``), so Dynamo sees the same backend through it."""
+    ctx: Any = getattr(compiled, "dynamo_ctx", None)
+    callback = getattr(ctx, "callback", None)
+    rebuild = getattr(compiled, "_initialize", None)
+    if not callable(callback) or not callable(rebuild) or not hasattr(callback, "_torchdynamo_orig_backend"):
+        return False
+
+    def traced(*args: Any, **kwargs: Any) -> Any:
+        with TraceOptions(extra):
+            return callback(*args, **kwargs)
+
+    traced._torchdynamo_orig_backend = callback._torchdynamo_orig_backend  # type: ignore[attr-defined]  # Dynamo's link, see above
+    ctx.callback = traced
+    rebuild()  # the forward Dynamo built holds the callback it was built with: build it on ours
+    return True
+
+
 class _RecompileLimitWatch:
     """Turns Dynamo's "hit config.recompile_limit" log line into a TorchmuxFallbackWarning.
 

@@ -23,6 +23,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -225,8 +226,24 @@ class OrtGraph:
         self._stream = int(cuda_opts.get("user_compute_stream", 0) or 0) if device.type == "cuda" else None
         self._sizes = None if ir.is_static else _size_sources(ir)
         self._size_outputs = extend.size_outputs(ir)  # position -> expression of the call's sizes
+        # the hot path of a static graph on the CPU, everything but the tensors worked out here: the output
+        # shapes, what to bind them as (``_call_static``); None where the general path is needed
+        self._static: list[tuple[str, type, tuple[int, ...], torch.dtype, int]] | None = None
+        if self._tensor_args is None and self._stream is None and self._c is not None:
+            shapes = [tuple(int(d) for d in spec.shape) for _, _, spec in self._outputs]
+            if all(math.prod(shape) for shape in shapes):  # an empty output has no memory to bind
+                self._static = [
+                    (name, np_type, shapes[k], spec.dtype, k)
+                    for k, (name, np_type, spec) in enumerate(self._outputs)
+                    if k in self._first_of_each
+                ]
 
     def __call__(self, *args: torch.Tensor) -> list[torch.Tensor | None]:  # a backward graph's outputs hold None
+        if self._static is not None and len(args) == len(self._inputs):
+            try:
+                return self._call_static(args)
+            except TypeError:  # this onnxruntime's C-level binding takes other arguments: the general path
+                self._static = self._c = None
         if self._tensor_args is None:
             outs = [torch.empty(spec.shape, dtype=spec.dtype, device=self.device) for _, _, spec in self._outputs]  # type: ignore[arg-type]  # static: every dim an int
         else:  # dynamic axes: each output's sizes from this call's input sizes
@@ -298,6 +315,27 @@ class OrtGraph:
         c_session.run_with_iobinding(binding, None)
         del keep
         return outs
+
+    def _call_static(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
+        """``__call__`` of a static CPU graph: ``run_into``'s work with nothing left to decide per call
+        (~4 us less on a small graph, where the whole call is ~14 us)."""
+        c_session, new_binding, devices = self._c
+        binding = new_binding(c_session)
+        keep = []  # contiguous copies must live until the run is over
+        for (name, np_type, _), t in zip(self._inputs, args):
+            if not t.is_contiguous():
+                t = t.contiguous()
+                keep.append(t)
+            binding.bind_input(name, devices(t.device), np_type, tuple(t.shape), _ptr(t))
+        device = self.device
+        where = devices(device)
+        outs: list[Any] = [None] * len(self._outputs)  # a value returned twice is bound once (see __init__)
+        for name, np_type, shape, dtype, k in self._static:  # type: ignore[union-attr]  # checked by the caller
+            o = outs[k] = torch.empty(shape, dtype=dtype, device=device)
+            binding.bind_output(name, where, np_type, shape, o.data_ptr())
+        c_session.run_with_iobinding(binding, None)
+        del keep
+        return [None if j is None else outs[j] for j in self._slots]
 
     def _unique(self, outs: Sequence[torch.Tensor]) -> list[tuple[str, type, torch.Tensor]]:
         # an empty output has no memory to bind (its data pointer is 0); there is nothing to write either

@@ -1,13 +1,23 @@
 """What torchmux adds to every call: a tiny model where the work is small and the overhead shows.
 
-    python bench/scripts/dispatch_overhead.py [--layers 10] [--calls 2000]
+    python -m torchmux.bench.scripts.dispatch_overhead [--layers 10] [--calls 2000] [--rounds 7] [--parts]
 
-Ten 4x4 Linear layers on a 2x4 input: eager, ``torch.compile`` (Inductor) and
-``torchmux.compile(backend="inductor")`` with the mend pass on (the default) and off. All four run
-the same Inductor code or the same ATen ops; the difference is what happens around them: Dynamo's
-guards and AOTAutograd's wrapper (torch.compile's cost), plus torchmux's (the Dynamo switches the
-mend pass sets around each call, the runner's lookup of its decision). Each figure is the best of
-five runs of ``--calls`` calls, in microseconds per call; one thread.
+Ten 4x4 Linear layers on a 2x4 input, one thread, under ``torch.no_grad()``:
+
+- eager, ``torch.compile`` (Inductor) and ``torchmux.compile(backend="inductor")`` with the mend pass
+  on (the default) and off. They run the same ATen ops or Inductor code (torchmux's frozen); the
+  difference is what happens around them: Dynamo's guards and AOTAutograd's wrapper (torch.compile's
+  cost too), plus torchmux's (its runner's lookup, the frozen weights' check, the verify policy's
+  input scan, the mend pass's Python wrappers);
+- ONNX Runtime used directly (``torch.onnx.export(..., dynamo=True)`` and an ``InferenceSession`` fed
+  NumPy arrays, the bench's ``onnxruntime-export``) and ``torchmux.compile(backend="onnxruntime")``:
+  the same session work, and what torchmux (and Dynamo under it) adds to each call.
+
+The systems run in interleaved rounds of ``--calls`` calls (machine noise hits them alike); each
+figure is the best round, in microseconds per call. ``--parts`` also times the layers of one torchmux
+call from the inside out (the backend's compiled graph, the Guard that applies the verify policy, the
+frozen weights' check, the GraphRunner, then everything above it: Dynamo, AOTAutograd, the API's
+wrappers), so the differences between rows say where the time goes.
 """
 
 from __future__ import annotations
@@ -36,21 +46,79 @@ class Stack(torch.nn.Module):
 
 
 def per_call_us(fn: Callable[[], Any], calls: int) -> float:
-    for _ in range(50):
-        fn()
-    best = float("inf")
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(calls):
+    """Best of five runs of ``calls`` calls, in microseconds per call (one system alone)."""
+    return interleaved({"fn": fn}, calls, 5)["fn"]
+
+
+def interleaved(fns: dict[str, Callable[[], Any]], calls: int, rounds: int) -> dict[str, float]:
+    """Each round times every function for ``calls`` calls; a function's figure is its best round (us/call)."""
+    for fn in fns.values():
+        for _ in range(50):
             fn()
-        best = min(best, (time.perf_counter() - t0) / calls * 1e6)
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            best[name] = min(best[name], (time.perf_counter() - t0) / calls * 1e6)
     return best
+
+
+def _onnxruntime(model: torch.nn.Module) -> dict[str, Callable[..., Any]]:
+    try:
+        import onnxruntime  # noqa: F401 -- only whether it is there
+    except ImportError:
+        return {}
+    from torchmux.bench.run import ONNX_EXPORT, make_compiled
+
+    return {
+        "onnxruntime direct": make_compiled(ONNX_EXPORT, model, threads=1),
+        "torchmux onnxruntime": torchmux.compile(
+            model, backend="onnxruntime", options={"onnxruntime.intra_op_num_threads": 1}
+        ),
+    }
+
+
+def parts(compiled: Callable[..., Any], x: torch.Tensor, calls: int, rounds: int) -> dict[str, float]:
+    """The layers of one call of ``compiled`` (a torchmux model of one graph), innermost first (us/call)."""
+    from torchmux.autotune.runner import GraphRunner
+
+    seen: dict[str, Any] = {}
+    call = GraphRunner.__call__
+
+    def recording_call(self: GraphRunner, *a: Any) -> Any:
+        seen["runner"], seen["args"] = self, a
+        return call(self, *a)
+
+    GraphRunner.__call__ = recording_call  # type: ignore[method-assign]
+    try:
+        compiled(x)
+    finally:
+        GraphRunner.__call__ = call  # type: ignore[method-assign]
+    runner, args = seen["runner"], seen["args"]
+    (frozen,) = runner._fns.values()  # FrozenCall (weights as constants) around the Guard
+    guard = getattr(frozen, "fn", frozen)
+    user = frozen._user(args) if hasattr(frozen, "_user") else args
+    return interleaved(
+        {
+            "backend's compiled graph": lambda: guard.fn(*user),
+            "+ Guard (verify policy)": lambda: guard(*user),
+            "+ frozen weights' check": lambda: frozen(*args),
+            "+ GraphRunner": lambda: runner(*args),
+            "+ Dynamo, AOTAutograd, API": lambda: compiled(x),
+        },
+        calls,
+        rounds,
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=10)
     ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--parts", action="store_true", help="also time the layers of one torchmux call")
     a = ap.parse_args()
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
@@ -60,15 +128,31 @@ def main() -> None:
         "torch.compile": torch.compile(model),
         "torchmux inductor": torchmux.compile(model, backend="inductor"),
         "torchmux inductor, mend off": torchmux.compile(model, backend="inductor", options={"mend": False}),
+        # unfrozen: the same Inductor code as torch.compile's (frozen, each Linear calls MKL from Python)
+        "torchmux inductor, freeze off": torchmux.compile(model, backend="inductor", options={"freeze": False}),
+        **_onnxruntime(model),
     }
     with torch.no_grad():
         for fn in systems.values():
             fn(x)  # compile
-        figures = {name: per_call_us(functools.partial(fn, x), a.calls) for name, fn in systems.items()}
+        figures = interleaved({name: functools.partial(fn, x) for name, fn in systems.items()}, a.calls, a.rounds)
+        inside = parts(systems["torchmux inductor"], x, a.calls, a.rounds) if a.parts else {}
     base = figures["torch.compile"]
     print(f"{'system':30s} {'us/call':>8s} {'vs torch.compile':>17s}")
     for name, us in figures.items():
-        print(f"{name:30s} {us:8.1f} {us - base:+16.1f}")
+        if "onnxruntime" not in name:
+            print(f"{name:30s} {us:8.1f} {us - base:+16.1f}")
+    if "onnxruntime direct" in figures:
+        direct = figures["onnxruntime direct"]
+        print(f"\n{'system':30s} {'us/call':>8s} {'vs onnxruntime direct':>22s}")
+        for name in ("onnxruntime direct", "torchmux onnxruntime"):
+            print(f"{name:30s} {figures[name]:8.1f} {figures[name] - direct:+21.1f}")
+    if inside:
+        print(f"\n{'torchmux inductor, inside out':30s} {'us/call':>8s} {'this layer':>11s}")
+        previous = 0.0
+        for name, us in inside.items():
+            print(f"{name:30s} {us:8.1f} {us - previous:+11.1f}")
+            previous = us
 
 
 if __name__ == "__main__":

@@ -35,7 +35,8 @@ Pipeline (``mend(model)``, run by ``torchmux.compile`` and ``torchmux.explain`` 
 4. **Install** it by binding the new function to the *instance* (``module.forward = MethodType(...)``);
    the class and its other instances are untouched. A rewritten global helper is reached through a
    guard ``(mended if helper is original else helper)``, so rebinding the global still works.
-5. **Switch** Dynamo's own options around each compiled call only (:mod:`.switches`).
+5. **Switch** Dynamo's own options on while Dynamo traces a compiled module (around each call of a
+   compiled function), restored after (:mod:`.switches`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,16 @@
   :mod:`.rnn` wrote out in tensor ops (left to itself, ``allow_rnn`` gives a ``torch.lstm`` call that
   AOTAutograd cannot run under autograd; ``frontends/dynamo.py`` runs such a graph as captured).
 
-:func:`scoped` also retries a trace once when ``torch.cond`` refused a rewritten if/else.
+**When they are set.** Dynamo reads these options only while it traces a frame: its guards do not
+test them (a cached graph runs whatever they hold), the compiled code does not read them, and the
+backends compile in threads of their own, where these context-local settings (``ContextVar``s in
+torch's config module) never reached. So for a compiled ``nn.Module`` they are set around Dynamo's
+frame callback (``frontends/dynamo.py`` ``while_tracing``, given :func:`tracing`), which runs only on
+a cache miss (a first call, a recompile), and a call that hits the cache pays nothing for them; saving and restoring four config attributes around
+every call cost ~18 us, as much as the rest of torchmux's per-call work. A compiled function (whose
+Dynamo wrapper keeps its callback in a closure) gets them around each call (:func:`scoped`).
+
+Either way, :func:`scoped` retries a trace once when ``torch.cond`` refused a rewritten if/else.
 """
 
 from __future__ import annotations
@@ -63,26 +72,52 @@ class switches:
             setattr(cfg, name, value)
 
 
-def scoped(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` run under :func:`switches`."""
+def tracing() -> switches:
+    """The switches for :func:`torchmux.frontends.dynamo.while_tracing` (looked up when Dynamo traces)."""
+    return switches()
+
+
+def scoped(fn: Callable[..., Any], per_call: bool = True) -> Callable[..., Any]:
+    """``fn`` run under :func:`switches`; with ``per_call=False`` without them (``while_tracing`` set
+    them where Dynamo traces), keeping the retry for ``torch.cond``."""
+    if not per_call:
+
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            traces = rt.COND_TRACES
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:
+                if not _cond_refused(e, traces):
+                    raise
+                return fn(*args, **kwargs)
+
+        return run
 
     @functools.wraps(fn)
-    def run(*args: Any, **kwargs: Any) -> Any:
+    def run_switched(*args: Any, **kwargs: Any) -> Any:
         with switches():
             traces = rt.COND_TRACES
             try:
                 return fn(*args, **kwargs)
             except Exception as e:
-                if not (rt.COND and rt.COND_TRACES > traces and isinstance(e, torch._dynamo.exc.TorchDynamoException)):
+                if not _cond_refused(e, traces):
                     raise
-                # torch.cond refused a rewritten if/else while Dynamo traced it (the frame had not run):
-                # branch in Python instead (a graph break, as without the rewrite) and trace again
-                rt.COND = False
-                warnings.warn(
-                    f"torchmux: torch.cond refused a rewritten tensor if/else ({str(e).splitlines()[0]}); "
-                    "such ifs now branch in Python (one graph break each)",
-                    stacklevel=2,
-                )
                 return fn(*args, **kwargs)
 
-    return run
+    return run_switched
+
+
+def _cond_refused(e: Exception, traces: int) -> bool:
+    """Whether ``e`` is torch.cond refusing a rewritten if/else while Dynamo traced it (the frame had not
+    run); if so, such ifs branch in Python from now on (a graph break, as without the rewrite), said
+    once, and the caller traces again."""
+    if not (rt.COND and rt.COND_TRACES > traces and isinstance(e, torch._dynamo.exc.TorchDynamoException)):
+        return False
+    rt.COND = False
+    warnings.warn(
+        f"torchmux: torch.cond refused a rewritten tensor if/else ({str(e).splitlines()[0]}); "
+        "such ifs now branch in Python (one graph break each)",
+        stacklevel=3,
+    )
+    return True

@@ -197,3 +197,46 @@ def test_models_of_one_class_share_compiled_code_instead_of_exhausting_the_limit
             x = torch.randn(4, 16)
             torch.testing.assert_close(torchmux.compile(model, backend="eager")(x), model(x))
     assert len(graphs) == 1  # weights are graph inputs: one graph serves every instance
+
+
+class _Probed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+class _ProbedToo(_Probed):
+    def forward(self, x):  # its own code object: its own Dynamo cache
+        return self.b(torch.tanh(self.a(x)))
+
+
+@pytest.mark.parametrize("mend", [True, False])
+def test_calls_of_a_compiled_module_open_no_profiler_range(monkeypatch, mend):
+    """Dynamo's per-call "Pregraph bytecode" range (two disabled calls around every graph, ~6 us) is
+    left out of torchmux's programs, traced with record_runtime_overhead off; torch.compile keeps it,
+    and the setting is back as it was after each trace."""
+    from torch._dynamo import utils
+
+    entered = []
+    real = utils.record_pregraph_bytecode_enter
+
+    @torch._dynamo.disable
+    def probe():
+        entered.append(1)
+        return real()
+
+    monkeypatch.setattr(utils, "record_pregraph_bytecode_enter", probe)
+    before = torch._dynamo.config.record_runtime_overhead
+    x = torch.randn(2, 4)
+    model = _Probed()
+    fast = torchmux.compile(model, backend="eager", options={"mend": mend})
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(fast(x), model(x))
+        assert entered == [] and torch._dynamo.config.record_runtime_overhead == before
+        plain = _ProbedToo()
+        torch.testing.assert_close(torch.compile(plain, backend="eager")(x), plain(x))
+    assert entered  # the probe sees torch.compile's range: torchmux's absence is real

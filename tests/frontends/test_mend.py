@@ -239,6 +239,70 @@ def test_dynamo_switches_hold_during_the_call_only() -> None:
     ) == before  # the user's own torch.compile is untouched
 
 
+class ItemScale(nn.Module):
+    def forward(self, x):
+        return x * (x.sum().item() + 1)  # .item() stays in the graph only under the switches
+
+
+def test_a_compiled_module_sets_the_switches_while_dynamo_traces_only(monkeypatch) -> None:
+    """A call that hits Dynamo's cache pays nothing for them; a recompile sets them again."""
+    from torch._dynamo.utils import counters
+
+    from torchmux.frontends.mend import switches as switches_module
+
+    entered = []
+
+    class Counting(switches_module.switches):
+        __slots__ = ()
+
+        def __enter__(self) -> None:
+            entered.append(1)
+            super().__enter__()
+
+    monkeypatch.setattr(switches_module, "switches", Counting)
+    cfg = torch._dynamo.config
+    before = (cfg.capture_scalar_outputs, set(cfg.reorderable_logging_functions))
+    counters.clear()
+    model = ItemScale()
+    fast = compiled(model)
+    x = torch.ones(3)
+    assert torch.equal(fast(x), model(x))
+    traced = len(entered)
+    assert traced >= 1 and not counters["graph_break"]  # traced under the switches: no break at .item()
+    for _ in range(3):
+        assert torch.equal(fast(x), model(x))
+    assert len(entered) == traced  # cache hits: the switches were not touched
+    assert torch.equal(fast(torch.ones(5)), model(torch.ones(5)))
+    assert len(entered) > traced  # a new shape: Dynamo traced again, under the switches
+    assert not counters["graph_break"]
+    assert (cfg.capture_scalar_outputs, set(cfg.reorderable_logging_functions)) == before
+
+
+def test_torch_cond_refusal_falls_back_to_python_in_a_module(monkeypatch) -> None:
+    """The same retry as for a function, where the switches are set while Dynamo traces."""
+    from torchmux.frontends.mend import runtime as _mend_runtime
+
+    monkeypatch.setattr(_mend_runtime, "COND", True)
+
+    class Joins(nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:
+                y = torch.rand(3)
+            else:
+                y = torch.zeros(3, dtype=torch.float64)
+            return y + x
+
+    model = Joins()
+    torch.manual_seed(0)
+    want = model(torch.ones(3))
+    fast = compiled(model)
+    torch.manual_seed(0)
+    with pytest.warns(UserWarning, match="torch.cond refused"):
+        got = fast(torch.ones(3))
+    assert torch.equal(got, want)
+    assert _mend_runtime.COND is False
+
+
 def test_class_and_other_instances_untouched() -> None:
     a, b = RandomBranch(), RandomBranch()
     original = RandomBranch.forward
