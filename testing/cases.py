@@ -119,9 +119,12 @@ CASES: list[Case] = [
     Case("aten.le.Tensor", torch.le, XY, "compare"),
     Case("aten.ge.Scalar", lambda x: x >= 0.1, X, "compare"),
     Case("aten.le.Scalar", lambda x: x <= 0.1, X, "compare"),
+    Case("aten.gt.Scalar", lambda x: x > 0.1, X, "compare"),
+    Case("aten.lt.Scalar", lambda x: x < 0.1, X, "compare"),
     Case("aten.logical_and.default", torch.logical_and, (A((4, 8), BOOL), A((4, 8), BOOL)), "compare", floats=False),
     Case("aten.logical_not.default", torch.logical_not, (A((4, 8), BOOL),), "compare", floats=False),
     Case("aten.where.self", lambda c, x, y: torch.where(c, x, y), (A((4, 8), BOOL), A((4, 8)), A((1, 8))), "pointwise"),
+    Case("aten.full_like.default", lambda x: torch.full_like(x, 2.5) * x, X, "pointwise"),
     Case("aten.scalar_tensor.default", lambda x: torch.masked_fill(x, x > 0, -3.0), X, "pointwise"),
     Case("aten._to_copy.default", lambda x: (x * 4).to(torch.int32), X, "pointwise"),
     # ---- reductions

@@ -69,6 +69,12 @@ def main(argv: list[str] | None = None) -> int:
         f"capture time torchmux/Dynamo: total {sum(s[0] for s in seconds.values()) / sum(s[1] for s in seconds.values()):.2f}x, "
         f"median per program {statistics.median(ratios):.2f}x, worst {worst[0]:.2f}x ({worst[1]})"
     )
+    slow = [
+        f"{p.name} {r:.1f}x ({'Dynamo: full graph' if results['dynamo'][p.name].full_graph else 'Dynamo: ' + str(results['dynamo'][p.name].graphs) + ' graphs, ' + str(results['dynamo'][p.name].breaks) + ' breaks'})"
+        for r, p in sorted(zip(ratios, programs), key=lambda t: -t[0])
+        if r > 2
+    ]
+    print(f"capture over 2x Dynamo's ({len(slow)}): {'; '.join(slow) or 'none'}")
     worse = [p.name for p in programs if results["torchmux"][p.name].breaks > results["dynamo"][p.name].breaks]
     print(f"programs where torchmux has more breaks than Dynamo: {worse or 'none'}")
     print(f"({time.perf_counter() - start:.0f} s)")
