@@ -63,8 +63,10 @@ import torch
 
 from ..core import settings
 from ..core.artifacts import atomic_write
+from ..core.errors import TorchmuxFallbackWarning
 from ..core.ir import GraphIR
 from ..core.registry import get_registry
+from ..core.userframe import warn_at
 
 MODES = ("off", "third-party", "all")
 _FORWARDED = ("TORCHMUX_", "TORCHINDUCTOR_", "TRITON_", "TVM_", "ORT_", "OMP_", "CUDA_VISIBLE_DEVICES")
@@ -179,20 +181,28 @@ def _ask_child(
 
 
 class TrialChild:
-    """The child process that runs trials, one at a time, for as long as the parent lives.
+    """The child process that runs trials, one at a time, while the parent needs it.
 
-    Started at most once per parent (and again only after a trial killed it), so importing torch in
-    a child is paid once, not per trial; :func:`prestart` starts it early, while Dynamo captures.
-    The protocol, one line each way: the parent writes the path of a ``torch.save``'d request; the
-    child answers ``ready`` once the request is loaded (the trial's deadline starts there) and then
-    one JSON verdict. The child's fd 1 carries only this protocol: a backend's own prints go to its
-    stderr. A child that a process forked from the parent would share is not used: a new one starts.
+    Started at most once per parent (and again only after a trial killed it, or after it left idle),
+    so importing torch in a child is paid once, not per trial; :func:`prestart` starts it early, while
+    Dynamo captures. The protocol, one line each way: the child says ``up`` once imported; the parent
+    writes the path of a ``torch.save``'d request; the child answers ``ready`` once the request is
+    loaded (the trial's deadline starts there) and then one JSON verdict. The child's fd 1 carries
+    only this protocol: a backend's own prints go to its stderr. After ``TORCHMUX_TRIAL_CHILD_IDLE``
+    seconds (300) without a request it exits, giving its memory back. A child that a process forked from the parent would
+    share is not used: a new one starts. A child that cannot even start (a Python that cannot import
+    torchmux) makes isolation unavailable in this process, with one warning: torchmux's own backends
+    are then tried in-process under the trial deadline, and plugins' backends are not used (their
+    crash would be the program's).
     """
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen | None = None
         self._pid = 0
+        self._up = False  # the current child said "up"
         self._lock = threading.Lock()
+        self.unavailable = ""  # why no child can run here (set once, then every trial is in-process)
+        self.warned = False
         self.trials = 0  # requests answered or not, in this process (the tests count them)
         self.starts = 0  # children started in this process
 
@@ -207,7 +217,7 @@ class TrialChild:
                 stderr=None if os.environ.get("TORCHMUX_DEBUG_TRIALS") else subprocess.DEVNULL,
                 text=True,
             )
-            self._pid = os.getpid()
+            self._pid, self._up = os.getpid(), False
             self.starts += 1
         return self._proc
 
@@ -219,23 +229,72 @@ class TrialChild:
 
     def ask(self, path: str, deadline: float) -> tuple[bool, str] | None:
         with self._lock:
+            if self.unavailable:
+                return None
             self.trials += 1
-            child = self.start()
-            assert child.stdin is not None and child.stdout is not None
-            try:
-                child.stdin.write(path + "\n")
-                child.stdin.flush()
-            except OSError:  # it died since the last trial (and the poll above)
-                self._proc = None
+            for _ in range(2):  # a second time only if the child left (idle) as the request went out
                 child = self.start()
                 assert child.stdin is not None
-                child.stdin.write(path + "\n")
-                child.stdin.flush()
-            verdict, alive = _wait(child, deadline)
-            if not alive:
-                _kill(child)
-                self._proc = None
-            return verdict
+                try:
+                    child.stdin.write(path + "\n")
+                    child.stdin.flush()
+                except OSError:  # it exited since the poll in start()
+                    _kill(child)
+                    self._proc = None
+                    continue
+                verdict, alive, retry = self._wait(child, deadline)
+                if not alive:
+                    _kill(child)
+                    self._proc = None
+                if not retry:
+                    return verdict
+            return None
+
+    def _wait(self, child: subprocess.Popen, deadline: float) -> tuple[tuple[bool, str] | None, bool, bool]:
+        """Read the child's lines until the verdict: ``(verdict or None, child still usable, ask again)``.
+        Lines are read from the file descriptor itself (``os.read``): a buffered reader could hold the
+        verdict line in its buffer while ``select`` waits for the descriptor."""
+        assert child.stdout is not None
+        fd = child.stdout.fileno()
+        limit = time.monotonic() + STARTUP_SECONDS
+        started = None
+        pending = b""
+        while True:
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                if line.strip() == b"up":
+                    self._up = True
+                elif line.strip() == b"ready":
+                    started = time.monotonic()
+                    limit = started + deadline
+                elif line.startswith(b"{"):
+                    verdict = json.loads(line)
+                    if verdict.get("unknown"):
+                        return None, True, False
+                    return (bool(verdict["ok"]), str(verdict["reason"])), True, False
+            left = limit - time.monotonic()
+            if left <= 0:
+                return ((False, f"timed out after {deadline:g} s (isolated trial)") if started else None), False, False
+            readable, _, _ = select.select([fd], [], [], left)
+            if not readable:
+                continue
+            chunk = os.read(fd, 65536)
+            if chunk:
+                pending += chunk
+                continue
+            code = child.wait()  # the child is gone
+            if not self._up:  # it never started: nothing here can run a trial (screen() warns once)
+                self.unavailable = f"the trial child exited with status {code} before it started"
+                return None, False, False
+            if started is None and code == 0:
+                return None, False, True  # it left idle as the request went out: ask a new one
+            if code < 0:
+                return (
+                    (False, f"crashed with signal {-code} ({signal.Signals(-code).name}) in an isolated trial"),
+                    False,
+                    False,
+                )
+            return (False, f"exited with status {code} in an isolated trial"), False, False
 
 
 def _kill(child: subprocess.Popen) -> None:
@@ -248,45 +307,6 @@ def _kill(child: subprocess.Popen) -> None:
                 stream.close()
 
 
-def _wait(child: subprocess.Popen, deadline: float) -> tuple[tuple[bool, str] | None, bool]:
-    """Read the child's lines: "ready" starts the deadline, the JSON verdict ends it. Returns the
-    verdict (None: the child could not run it) and whether the child is still usable. Lines are read
-    from the file descriptor itself (``os.read``): a buffered reader could hold the verdict line in
-    its buffer while ``select`` waits for the descriptor."""
-    assert child.stdout is not None
-    fd = child.stdout.fileno()
-    limit = time.monotonic() + STARTUP_SECONDS
-    started = None
-    pending = b""
-    while True:
-        while b"\n" in pending:
-            line, pending = pending.split(b"\n", 1)
-            if line.strip() == b"ready":
-                started = time.monotonic()
-                limit = started + deadline
-            elif line.startswith(b"{"):
-                verdict = json.loads(line)
-                if verdict.get("unknown"):
-                    return None, True
-                return (bool(verdict["ok"]), str(verdict["reason"])), True
-        left = limit - time.monotonic()
-        if left <= 0:
-            return ((False, f"timed out after {deadline:g} s (isolated trial)") if started else None), False
-        readable, _, _ = select.select([fd], [], [], left)
-        if not readable:
-            continue
-        chunk = os.read(fd, 65536)
-        if not chunk:  # the child is gone
-            code = child.wait()
-            if code < 0:
-                return (
-                    False,
-                    f"crashed with signal {-code} ({signal.Signals(-code).name}) in an isolated trial",
-                ), False
-            return (False, f"exited with status {code} in an isolated trial"), False
-        pending += chunk
-
-
 _SERVER = TrialChild()
 atexit.register(_SERVER.stop)
 
@@ -294,7 +314,7 @@ atexit.register(_SERVER.stop)
 def prestart(backends: Sequence[Any], mode: str) -> None:
     """Start the trial child now if ``mode`` isolates one of ``backends``, so that importing torch there
     overlaps the parent's capture instead of delaying the first trial (compile() calls this)."""
-    if any(wanted(b, mode) for b in backends):
+    if any(wanted(b, mode) for b in backends) and not _SERVER.unavailable:
         with _SERVER._lock:
             _SERVER.start()
 
@@ -313,10 +333,19 @@ def _serve() -> None:
     from . import placement, verify  # noqa: F401
 
     get_registry()
-
-    for line in sys.stdin:
-        verdict = _one(line.strip(), proto)
-        print(json.dumps(verdict), file=proto, flush=True)
+    idle = settings.TRIAL_CHILD_IDLE.get()
+    print("up", file=proto, flush=True)
+    pending = b""
+    while True:
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            print(json.dumps(_one(line.decode().strip(), proto)), file=proto, flush=True)
+        if not select.select([0], [], [], idle)[0]:
+            return  # idle: exit and give the memory back; the parent starts a new child when it needs one
+        chunk = os.read(0, 65536)
+        if not chunk:
+            return  # the parent is gone
+        pending += chunk
 
 
 def _rebuilt(gm: torch.fx.GraphModule, args: Sequence[Any], kinds: Any, name: str, phase: str) -> GraphIR:
@@ -388,8 +417,10 @@ def screen(
     options: Callable[[str], dict[str, Any]],
     isolation: str,
     deadline: float,
+    where: Any = None,
 ) -> tuple[list[Any], list[tuple[str, str]]]:
-    """Split ``candidates`` into those safe to run in-process and (name, reason) for those that crashed or hung."""
+    """Split ``candidates`` into those safe to run in-process and (name, reason) for those that crashed or
+    hung. ``where``: the user's line, for the one warning if no trial child can run here."""
     safe, failed = [], []
     for b in candidates:
         verdict = (
@@ -399,8 +430,20 @@ def screen(
         )
         if verdict is not None and not verdict[0]:
             failed.append((b.name, verdict[1]))
+        elif verdict is None and _SERVER.unavailable and wanted(b, "third-party"):
+            # never run in this process untried: a plugin's crash would be the program's
+            failed.append((b.name, f"not tried: isolated trials are unavailable here ({_SERVER.unavailable})"))
         else:
             safe.append(b)
+    if _SERVER.unavailable and not _SERVER.warned:
+        _SERVER.warned = True
+        warn_at(
+            f"torchmux: isolated trials are unavailable ({_SERVER.unavailable}; `{sys.executable} -m "
+            "torchmux.autotune.isolate` shows why): torchmux's own backends are tried in this process, under the "
+            "trial deadline; plugins' backends are not used",
+            TorchmuxFallbackWarning,
+            where,
+        )
     return safe, failed
 
 

@@ -182,6 +182,7 @@ class GraphRunner:
                 options=config.options_for,
                 isolation=config.get("isolate") or settings.ISOLATE.get(),
                 deadline=self._deadline,
+                where=self._where,
             )
             demotions += [Measurement(name, math.inf, False, why) for name, why in unsafe]
             candidates = [b for b in candidates if b.name not in dict(unsafe)]  # nor in a split's pieces

@@ -145,6 +145,13 @@ TRIAL_DEADLINE = _define(
     "Seconds a candidate's trial (its compile and first two checked calls, in a child process or a worker "
     "thread) may take before it fails as 'timed out' and the next candidate (eager at worst) is used.",
 )
+TRIAL_CHILD_IDLE = _define(
+    "TORCHMUX_TRIAL_CHILD_IDLE",
+    300.0,
+    _seconds,
+    "Seconds the isolated-trial child process waits for the next trial before it exits and gives its "
+    "memory back (a later trial starts a new one).",
+)
 KEY_FILE = _define(
     "TORCHMUX_KEY_FILE",
     Path(os.path.expanduser("~/.config/torchmux/key")),

@@ -477,3 +477,36 @@ def test_inductor_trial_in_the_child_is_a_cache_hit_in_the_parent():
     torch.testing.assert_close(compiled(x), g(x))
     assert counters["inductor"]["fxgraph_cache_hit"] >= 1, dict(counters["inductor"])
     assert counters["inductor"]["fxgraph_cache_miss"] == 0, dict(counters["inductor"])
+
+
+def test_an_idle_child_leaves_and_the_next_trial_starts_a_new_one(monkeypatch):
+    monkeypatch.setenv("TORCHMUX_TRIAL_CHILD_IDLE", "1")
+    monkeypatch.setattr(isolate, "_SERVER", isolate.TrialChild())  # a child started under this setting
+    x = torch.randn(7, 3)
+    run_calls(["fault_none"], [x], isolate="all")
+    child = isolate._SERVER._proc
+    assert child is not None and child.wait(timeout=60) == 0  # it left by itself, idle
+    torch._dynamo.reset()
+    y = torch.randn(7, 5)
+    outs, warned = run_calls(["fault_none"], [y], isolate="all")
+    assert_eager(outs, [y])
+    assert (isolate._SERVER.starts, isolate._SERVER.trials) == (2, 2) and not warned
+    isolate._SERVER.stop()
+
+
+def test_a_child_that_cannot_start_leaves_plugins_out_with_one_warning(monkeypatch):
+    """No trial child can run (a Python that cannot run torchmux): a plugin's backend, untried, is not run
+    in the user's process (an aborting one would kill it); one warning says why."""
+    monkeypatch.setattr(isolate, "_SERVER", isolate.TrialChild())
+    monkeypatch.setattr(isolate.sys, "executable", "/bin/false")
+    inputs = [torch.randn(7, 9), torch.randn(7, 11)]
+    outs, warned = [], []
+    for x, name in zip(inputs, ["fault_abort", "fault_none"]):
+        torch._dynamo.reset()
+        o, w = run_calls([name, "eager"], [x], isolate="all")
+        outs += o
+        warned += w
+    assert_eager(outs, inputs)
+    unavailable = [w for w in warned if "isolated trials are unavailable" in str(w.message)]
+    assert len(unavailable) == 1 and unavailable[0].filename == __file__
+    assert isolate._SERVER.starts == 2  # the one compile() started, the one the first trial asked: no more
