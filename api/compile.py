@@ -77,9 +77,7 @@ def compile(
     compiled = torch.compile(model, backend=shared_backend(config), fullgraph=fullgraph, dynamic=dynamic)
     # torchmux's Dynamo options (and the mend pass's switches) while Dynamo traces (frontends/dynamo.py);
     # first: it rebuilds compiled.forward. Where it cannot, the switches go around each call
-    traced = isinstance(compiled, torch.nn.Module) and while_tracing(
-        compiled, tracing if config.get("mend") else None
-    )
+    traced = isinstance(compiled, torch.nn.Module) and while_tracing(compiled, tracing if config.get("mend") else None)
     if config.get("mend") and isinstance(compiled, torch.nn.Module):
         compiled.forward = scoped(compiled.forward, per_call=not traced)
     elif config.get("mend"):
