@@ -164,6 +164,8 @@ def _ask_child(
             "options": options,
             "fingerprint": ir.fingerprint(),
             "phase": ir.phase,
+            "grad": torch.is_grad_enabled(),  # as the parent builds (the runner decides under no_grad)
+            "threads": torch.get_num_threads(),
             "structure": GraphIR(ir.gm, ir.input_kinds, name=ir.name, phase=ir.phase).fingerprint(),
             # the child was started earlier: it takes the cache folders and settings as they are now
             "env": {k: v for k, v in os.environ.items() if k.startswith(_FORWARDED)},
@@ -399,9 +401,13 @@ def _one(path: str, proto: Any) -> dict[str, Any]:
     if backend is None:
         return {"unknown": True}
     print("ready", file=proto, flush=True)
+    torch.set_num_threads(payload["threads"])
     try:
-        built = build_placement(ir, backend, args, mode=payload["mode"], options=payload["options"])
-        _, wrong = check_call(ir, built.fn, args, twice=True)
+        with torch.set_grad_enabled(
+            payload["grad"]
+        ):  # e.g. Inductor freezes only without grad: build what the parent will
+            built = build_placement(ir, backend, args, mode=payload["mode"], options=payload["options"])
+            _, wrong = check_call(ir, built.fn, args, twice=True)
         return {"ok": True, "reason": ""} if wrong is None else {"ok": True, "reason": f"(ran; {wrong})"}
     except Exception as e:  # noqa: BLE001 -- an exception is no danger to the parent: it measures the candidate itself
         return {"ok": True, "reason": f"(raised {type(e).__name__})"}

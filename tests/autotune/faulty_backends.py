@@ -113,6 +113,19 @@ class HangsInCompile(_Fault):
         time.sleep(3600)
 
 
+class AbortsUnderGrad(_Fault):
+    """Honest when built as torchmux builds it (under ``no_grad``); aborts if a trial builds it otherwise."""
+
+    name = "fault_abort_under_grad"
+    compiled_here = 0  # builds in this process
+
+    def compile(self, request):
+        if torch.is_grad_enabled():
+            os.abort()
+        AbortsUnderGrad.compiled_here += 1
+        return super().compile(request)
+
+
 class RaisingObserver:
     """A plugin whose observer raises."""
 
@@ -133,6 +146,7 @@ def torchmux_add_backends():
         ReusesBuffer(),
         RaisesOnFifth(),
         Aborts(),
+        AbortsUnderGrad(),
         Segfaults(),
         HangsInCall(),
         HangsInCompile(),

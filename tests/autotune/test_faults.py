@@ -436,6 +436,15 @@ def test_the_trial_child_lives_on_and_is_replaced_after_a_crash():
     assert_eager(outs, [x])
 
 
+def test_the_trial_builds_as_the_parent_will():
+    """The child builds under the parent's grad mode and thread count: a backend honest under ``no_grad``
+    (as the runner builds) passes its trial and runs here."""
+    x = torch.randn(6, 15)
+    outs, _ = run_calls(["fault_abort_under_grad"], [x], isolate="all")
+    assert_eager(outs, [x])
+    assert faulty_backends.AbortsUnderGrad.compiled_here >= 1  # chosen after its trial: it runs in this process
+
+
 def _fresh():
     """A graph no earlier test compiled (its constant is new), so every cache starts cold for it."""
     k = 1.0 + (time.time_ns() % 1_000_000) / 1e7
