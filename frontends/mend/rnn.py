@@ -6,9 +6,11 @@ parameters themselves: "expected all tensors_saved_with_vc_check to be Tensors")
 whose class is exactly one of the three, :func:`install` binds :func:`forward` to the *instance*:
 
 - while Dynamo traces, for a supported call (a tensor input, no ``proj_size``, no dropout in training,
-  at most :data:`MAX_STEPS` recurrent steps), the recurrence is written out in ``matmul`` and pointwise
-  ops (the input projection of all steps in one ``matmul`` per layer and direction, then one small
-  step per time step), which Dynamo traces and every backend can take;
+  at most :data:`MAX_STEPS` recurrent steps), the call becomes one ``torchmux_mend::rnn`` op whose
+  CompositeImplicitAutograd kernel writes the recurrence out in ``matmul`` and pointwise ops (the input
+  projection of all steps in one ``matmul`` per layer and direction, then one small step per time
+  step): Dynamo records one node instead of tracing every step (about 3x cheaper capture), and
+  AOTAutograd decomposes it into those plain ops, which every backend can take;
 - while Dynamo traces an unsupported call (a ``PackedSequence``, a long sequence), the class's own
   ``forward`` is traced: its graph holds a ``torch.lstm``-like call, which the capture frontend runs as
   Dynamo captured it, eagerly, and explain names (``frontends/dynamo.py``);
@@ -29,8 +31,8 @@ from torch import nn
 
 from . import runtime as rt
 
-#: time steps x layers x directions written out at most: tracing costs about 20 ms a step on a CPU core
-#: (torch 2.13); a longer call is an unsupported one (above). ``torch._higher_order_ops.scan`` traces
+#: time steps x layers x directions written out at most: each step is a dozen ops that fake tensors and
+#: AOTAutograd trace; a longer call is an unsupported one (above). ``torch._higher_order_ops.scan`` traces
 #: one step whatever the length, but its fixed cost (about 2 s) is larger at the lengths seen here.
 MAX_STEPS = 128
 _KINDS = (nn.LSTM, nn.GRU, nn.RNN)
@@ -58,7 +60,13 @@ def forward(self: nn.RNNBase, input: Any, hx: Any = None) -> Any:
     if not _supported(self, input):  # traced as torch.lstm/gru: frontends/dynamo.py runs that graph eagerly
         return type(self).forward(self, input, hx)
     rt.fired(self._torchmux_rnn_note)  # type: ignore[arg-type]  # an int set by install()
-    return _unrolled(self, input, hx)
+    lstm = isinstance(self, nn.LSTM)
+    states = [] if hx is None else list(hx) if lstm else [hx]
+    params = [getattr(self, name) for name in self._flat_weights_names]
+    kind = "lstm" if lstm else "gru" if isinstance(self, nn.GRU) else self.nonlinearity
+    dirs = 2 if self.bidirectional else 1
+    out = _OP(input, states, params, kind, self.num_layers, dirs, self.batch_first, self.bias)
+    return (out[0], (out[1], out[2])) if lstm else (out[0], out[1])
 
 
 forward._torchmux_mended_from = nn.RNNBase.forward  # type: ignore[attr-defined]  # mended() restores it
@@ -79,59 +87,74 @@ def _steps(m: nn.RNNBase, input: torch.Tensor) -> int:
     return int(length) * m.num_layers * (2 if m.bidirectional else 1)
 
 
-def _unrolled(m: nn.RNNBase, input: torch.Tensor, hx: Any) -> Any:
+def _unrolled(
+    input: torch.Tensor,
+    states: list[torch.Tensor],
+    params: list[torch.Tensor],
+    kind: str,
+    num_layers: int,
+    dirs: int,
+    batch_first: bool,
+    bias: bool,
+) -> list[torch.Tensor]:
+    """The recurrence in plain tensor ops: [output, h_n] ([output, h_n, c_n] for an LSTM).
+
+    The body of :data:`_OP`: ``params`` in the module's ``_flat_weights_names`` order, ``states`` the
+    module's ``hx`` as a list ([] for None)."""
     batched = input.dim() == 3
     x = input if batched else input.unsqueeze(1)  # (L, N, H) from here on
-    if batched and m.batch_first:
+    if batched and batch_first:
         x = x.transpose(0, 1)
-    dirs = 2 if m.bidirectional else 1
-    lstm = isinstance(m, nn.LSTM)
-    if hx is None:
-        zeros = x.new_zeros(m.num_layers * dirs, x.shape[1], m.hidden_size)
+    lstm = kind == "lstm"
+    per = 4 if bias else 2  # w_ih, w_hh(, b_ih, b_hh) per layer and direction
+    if not states:
+        zeros = x.new_zeros(num_layers * dirs, x.shape[1], params[1].shape[1])
         h0, c0 = zeros, zeros
-    elif lstm:
-        h0, c0 = hx if batched else (hx[0].unsqueeze(1), hx[1].unsqueeze(1))
     else:
-        h0, c0 = (hx if batched else hx.unsqueeze(1)), None
+        h0 = states[0] if batched else states[0].unsqueeze(1)
+        c0 = None if not lstm else states[1] if batched else states[1].unsqueeze(1)
     h_out, c_out = [], []
-    for layer in range(m.num_layers):
+    for layer in range(num_layers):
         outs = []
         for d in range(dirs):
             i = layer * dirs + d
-            h, c, ys = _direction(m, x, layer, d, h0[i], c0[i] if c0 is not None else None)
+            weights = params[i * per : (i + 1) * per]
+            h, c, ys = _direction(kind, x, d, weights, h0[i], c0[i] if c0 is not None else None)
             outs.append(ys)
             h_out.append(h)
             c_out.append(c)
         x = outs[0] if dirs == 1 else torch.cat(outs, dim=2)
     out, h_n = x, torch.stack(h_out)
-    if batched and m.batch_first:
+    if batched and batch_first:
         out = out.transpose(0, 1)
     if not batched:
         out, h_n = out.squeeze(1), h_n.squeeze(1)
     if not lstm:
-        return out, h_n
+        return [out, h_n]
     c_n = torch.stack([c for c in c_out if c is not None])
-    return out, (h_n, c_n if batched else c_n.squeeze(1))
+    return [out, h_n, c_n if batched else c_n.squeeze(1)]
 
 
 def _direction(
-    m: nn.RNNBase, x: torch.Tensor, layer: int, d: int, h: torch.Tensor, c: torch.Tensor | None
+    kind: str, x: torch.Tensor, d: int, weights: list[torch.Tensor], h: torch.Tensor, c: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """One layer, one direction over the whole sequence: final h (and c), and the outputs (L, N, H)."""
-    suffix = f"_l{layer}" + ("_reverse" if d else "")
-    w_ih, w_hh = getattr(m, "weight_ih" + suffix), getattr(m, "weight_hh" + suffix)
-    b_ih = getattr(m, "bias_ih" + suffix) if m.bias else None
-    b_hh = getattr(m, "bias_hh" + suffix) if m.bias else None
+    w_ih, w_hh = weights[0], weights[1]
+    b_ih, b_hh = (weights[2], weights[3]) if len(weights) == 4 else (None, None)
     projected = torch.matmul(x, w_ih.t())  # every step's input projection at once
     if b_ih is not None:
         projected = projected + b_ih
+    fold = b_hh is not None and kind != "gru"  # gates = gi + gh: b_hh joins the projection (not GRU's r * h_n)
+    if fold:
+        projected = projected + b_hh
+    w_hh_t = w_hh.t()
     steps = range(x.shape[0] - 1, -1, -1) if d else range(x.shape[0])
     ys: list[torch.Tensor] = []
-    for t in steps:
-        recurrent = torch.matmul(h, w_hh.t())
-        if b_hh is not None:
-            recurrent = recurrent + b_hh
-        h, c = _cell(m, projected[t], recurrent, h, c)
+    for t in steps:  # as few ops a step as the equations allow: each costs tracing time
+        if fold or b_hh is None:
+            h, c = _cell(kind, projected[t], torch.matmul(h, w_hh_t), h, c)
+        else:
+            h, c = _cell(kind, projected[t], torch.addmm(b_hh, h, w_hh_t), h, c)
         ys.append(h)
     if d:
         ys.reverse()
@@ -139,19 +162,33 @@ def _direction(
 
 
 def _cell(
-    m: nn.RNNBase, gi: torch.Tensor, gh: torch.Tensor, h: torch.Tensor, c: torch.Tensor | None
+    kind: str, gi: torch.Tensor, gh: torch.Tensor, h: torch.Tensor, c: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One time step: the gate equations of the nn.LSTM / nn.GRU / nn.RNN documentation."""
-    if isinstance(m, nn.LSTM):
+    if kind == "lstm":
         i, f, g, o = (gi + gh).chunk(4, dim=-1)
         assert c is not None  # an LSTM carries its cell state
         c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         return torch.sigmoid(o) * torch.tanh(c), c
-    if isinstance(m, nn.GRU):
+    if kind == "gru":
         i_r, i_z, i_n = gi.chunk(3, dim=-1)
         h_r, h_z, h_n = gh.chunk(3, dim=-1)
         r, z = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
         n = torch.tanh(i_n + r * h_n)
         return (1 - z) * n + z * h, None
     pre = gi + gh
-    return (torch.tanh(pre) if m.nonlinearity == "tanh" else torch.relu(pre)), None
+    return (torch.tanh(pre) if kind == "tanh" else torch.relu(pre)), None
+
+
+# The recurrence as one operator whose kernel is the Python above, registered CompositeImplicitAutograd:
+# Dynamo records one call (tracing the steps one by one in Dynamo cost about 1.7 ms an op), fake tensors
+# run the kernel for shapes (cheap), and AOTAutograd decomposes it into the plain ops above, with their
+# gradients, before any backend sees the graph.
+_LIB = torch.library.Library("torchmux_mend", "FRAGMENT")
+if not hasattr(torch.ops.torchmux_mend, "rnn"):
+    _LIB.define(
+        "rnn(Tensor input, Tensor[] states, Tensor[] params, str kind, int num_layers, int dirs,"
+        " bool batch_first, bool bias) -> Tensor[]"
+    )
+    _LIB.impl("rnn", _unrolled, "CompositeImplicitAutograd")
+_OP = torch.ops.torchmux_mend.rnn.default
