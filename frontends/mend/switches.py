@@ -23,6 +23,7 @@ Either way, :func:`scoped` retries a trace once when ``torch.cond`` refused a re
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import warnings
 from collections.abc import Callable
@@ -80,23 +81,11 @@ def tracing() -> switches:
 def scoped(fn: Callable[..., Any], per_call: bool = True) -> Callable[..., Any]:
     """``fn`` run under :func:`switches`; with ``per_call=False`` without them (``while_tracing`` set
     them where Dynamo traces), keeping the retry for ``torch.cond``."""
-    if not per_call:
-
-        @functools.wraps(fn)
-        def run(*args: Any, **kwargs: Any) -> Any:
-            traces = rt.COND_TRACES
-            try:
-                return fn(*args, **kwargs)
-            except Exception as e:
-                if not _cond_refused(e, traces):
-                    raise
-                return fn(*args, **kwargs)
-
-        return run
+    around = switches if per_call else contextlib.nullcontext
 
     @functools.wraps(fn)
-    def run_switched(*args: Any, **kwargs: Any) -> Any:
-        with switches():
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with around():
             traces = rt.COND_TRACES
             try:
                 return fn(*args, **kwargs)
@@ -105,7 +94,7 @@ def scoped(fn: Callable[..., Any], per_call: bool = True) -> Callable[..., Any]:
                     raise
                 return fn(*args, **kwargs)
 
-    return run_switched
+    return run
 
 
 def _cond_refused(e: Exception, traces: int) -> bool:
