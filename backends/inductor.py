@@ -76,24 +76,17 @@ def _compile_static(gm: torch.fx.GraphModule, example_inputs: list, config_patch
     """Inductor over a static graph, inside a tracing context whose fake mode has a shape environment,
     as under Dynamo: without one Inductor bypasses its FX graph cache ("No shape env"), so every
     process, and an isolated trial's parent after its child, would lower and generate the code again."""
-    from torch._dynamo.source import ConstantSource
     from torch._guards import TracingContext, tracing
     from torch._inductor import compile_fx
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatefulSymbolicContext
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-    context = TracingContext(FakeTensorMode(shape_env=ShapeEnv()))
-    # every size static: with a shape environment AOTAutograd makes each input's sizes symbolic unless
-    # told otherwise, and Inductor then generates batch-generic code (its freezing path picks oneDNN's
-    # linear over MKL's: 5x slower a call on small inputs)
-    for i, x in enumerate(example_inputs):
-        if isinstance(x, torch.Tensor):
-            context.tensor_to_context[x] = StatefulSymbolicContext(
-                dynamic_sizes=[DimDynamic.STATIC] * x.dim(),
-                constraint_sizes=[None] * x.dim(),
-                tensor_source=ConstantSource(f"torchmux_input_{i}"),
-            )
-    with tracing(context):
+    if config_patches.get("freezing"):
+        # no shape environment for a frozen graph: under one, AOTAutograd makes every size symbolic and
+        # Inductor's freezing path picks oneDNN's size-generic linear over MKL's (5x slower a call on
+        # small inputs); its FX graph cache skips graphs with frozen constants anyway
+        return compile_fx.compile_fx(gm, example_inputs, config_patches=config_patches)
+    with tracing(TracingContext(FakeTensorMode(shape_env=ShapeEnv()))):
         return compile_fx.compile_fx(gm, example_inputs, config_patches=config_patches)
 
 
