@@ -65,11 +65,7 @@ class InductorBackend(extend.Backend):
         # active Dynamo callback, so the wrapper's switch does nothing there: call what it wraps
         if getattr(compiled, "_torchdynamo_disable", False):
             compiled = getattr(compiled, "_torchdynamo_orig_callable", compiled)
-
-        def run(*args: torch.Tensor) -> list[torch.Tensor]:
-            return list(compiled(*args))
-
-        return run
+        return compiled  # AOTAutograd's forward: flat inputs, a list of outputs (no wrapper frame per call)
 
 
 def _compile_static(gm: torch.fx.GraphModule, example_inputs: list, config_patches: dict) -> object:
