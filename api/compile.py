@@ -70,28 +70,25 @@ def compile(
     settings.REMOTE_CACHE.get()  # a malformed TORCHMUX_REMOTE_CACHE is refused here, not at the first call
     watch_recompile_limit()  # Dynamo's silent switch to eager past its limit becomes a warning
     isolate.prestart(config.backends, config.get("isolate") or settings.ISOLATE.get())  # trials' child, while capturing
+    retry = None
     if config.get("mend"):  # remove graph breaks from the source first (frontends/mend/)
-        from ..frontends.mend import mend, scoped, tracing
+        from ..frontends.mend import cond_refused, mend, scoped, tracing
 
         model, _ = mend(model)
     compiled = torch.compile(model, backend=shared_backend(config), fullgraph=fullgraph, dynamic=dynamic)
     # torchmux's Dynamo options (and the mend pass's switches) while Dynamo traces (frontends/dynamo.py);
     # first: it rebuilds compiled.forward. Where it cannot, the switches go around each call
     traced = isinstance(compiled, torch.nn.Module) and while_tracing(compiled, tracing if config.get("mend") else None)
-    if config.get("mend") and isinstance(compiled, torch.nn.Module):
-        compiled.forward = scoped(compiled.forward, per_call=not traced)
+    if config.get("mend") and traced:
+        retry = cond_refused  # the entry below retries the trace torch.cond refused (as scoped() does)
+    elif config.get("mend") and isinstance(compiled, torch.nn.Module):
+        compiled.forward = scoped(compiled.forward)
     elif config.get("mend"):
         compiled = functools.wraps(model)(scoped(compiled))
     if isinstance(compiled, torch.nn.Module):
-        compiled.forward = _numpy_runs_eagerly(compiled.forward, model.forward)  # type: ignore[union-attr]
-    else:
-        compiled = functools.wraps(model)(_numpy_runs_eagerly(compiled, model))
-    if not fullgraph:
+        compiled.forward = _entry(compiled.forward, model.forward, retry, fullgraph)  # type: ignore[union-attr]
         return compiled
-    if isinstance(compiled, torch.nn.Module):
-        compiled.forward = _explain_breaks(compiled.forward)
-        return compiled
-    return functools.wraps(model)(_explain_breaks(compiled))
+    return functools.wraps(model)(_entry(compiled, model, retry, fullgraph))
 
 
 def runner_factory(config: CompileConfig) -> Callable[[Any], GraphRunner]:
@@ -134,21 +131,6 @@ def torchmux_dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
     return shared_backend(config)(gm, example_inputs)
 
 
-def _explain_breaks(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn Dynamo's fullgraph failure into a FullGraphError that names the reason and the user's line."""
-
-    @functools.wraps(fn)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except torch._dynamo.exc.TorchDynamoException as e:
-            if isinstance(e, torch._dynamo.exc.BackendCompilerFailed):
-                raise
-            raise FullGraphError(_fullgraph_message(e)) from e
-
-    return run
-
-
 def _fullgraph_message(e: BaseException) -> str:
     text = str(e)
     where = ""
@@ -169,11 +151,24 @@ def _fullgraph_message(e: BaseException) -> str:
     )
 
 
-def _numpy_runs_eagerly(fn: Callable[..., Any], original: Callable[..., Any]) -> Callable[..., Any]:
-    """A NumPy array argument runs the original code: eager's behaviour (a TypeError from torch, or
-    whatever the user's code does with it) is kept; Dynamo would quietly trace it as a tensor."""
+def _entry(
+    fn: Callable[..., Any], original: Callable[..., Any], retry: Callable[..., bool] | None, fullgraph: bool
+) -> Callable[..., Any]:
+    """What the user calls: ``fn`` (the compiled forward or function) with the API's per-call rules in
+    one frame (each wrapper frame costs a call ~0.3 us):
 
-    tensor = torch.Tensor
+    - a NumPy array argument runs ``original``: eager's behaviour (a TypeError from torch, or whatever
+      the user's code does with it) is kept; Dynamo would quietly trace it as a tensor;
+    - ``retry`` (the mend pass's ``cond_refused``): a trace that ``torch.cond`` refused is tried once more;
+    - ``fullgraph``: Dynamo's failure becomes a FullGraphError naming the reason and the user's line.
+    """
+    from ..frontends.mend import runtime as mend_runtime
+
+    tensor, dynamo_error, backend_failed = (
+        torch.Tensor,
+        torch._dynamo.exc.TorchDynamoException,
+        torch._dynamo.exc.BackendCompilerFailed,
+    )
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
@@ -182,6 +177,17 @@ def _numpy_runs_eagerly(fn: Callable[..., Any], original: Callable[..., Any]) ->
                 return original(*args, **kwargs)
         if kwargs and any(type(v).__module__ == "numpy" for v in kwargs.values()):
             return original(*args, **kwargs)
-        return fn(*args, **kwargs)
+        traces = mend_runtime.COND_TRACES
+        try:
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:
+                if retry is None or not retry(e, traces):
+                    raise
+            return fn(*args, **kwargs)
+        except dynamo_error as e:
+            if not fullgraph or isinstance(e, backend_failed):
+                raise
+            raise FullGraphError(_fullgraph_message(e)) from e
 
     return run

@@ -36,6 +36,7 @@ class Guard:
         self._fallback = fallback
         self.calls = 0
         self.kinds: set[tuple] = set()
+        self._next = 1  # the next call the sparse schedule checks
         self._checked_first = checked_first
         self._random = verify.is_random(ir)
         self.demotions: list[tuple[str, str]] = []
@@ -56,10 +57,20 @@ class Guard:
         except Exception:  # noqa: BLE001 -- a split or a Backend object outside the registry: nothing declared
             unsafe = frozenset()
         self._watch_nonfinite = bool(set(unsafe) & {op_name(n) for n in self.ir.op_nodes})
+        self._sparse = self.policy == "sparse" and not self._trusted
 
     def __call__(self, *args: Any) -> Sequence[Any]:
-        self.calls += 1
-        if self._trusted or self.policy == "off" or not self._due(args):
+        self.calls = calls = self.calls + 1
+        if self._sparse:  # the default policy's common call, inlined: one frame for the scan, none for the schedule
+            kind = verify.input_kind(args, self.keyed)
+            due = (
+                calls >= self._next  # the schedule's next check (or the first call: _next is 1)
+                or kind not in self.kinds
+                or (self._watch_nonfinite and ("nan" in kind or "inf" in kind))
+            ) and self._due_kind(kind)
+        else:
+            due = not (self._trusted or self.policy == "off") and self._due(args)
+        if not due:
             try:  # _run, inlined: this is every call's path
                 return self.fn(*args)
             except Exception as e:
@@ -80,13 +91,17 @@ class Guard:
         """Whether this call is checked (verify.py's policy)."""
         if self.policy == "always":
             return True
-        first = self.calls == 1
         if self.policy == "first":
-            return first and not self._checked_first
-        kind = verify.input_kind(args, self.keyed)
+            return self.calls == 1 and not self._checked_first
+        return self._due_kind(verify.input_kind(args, self.keyed))
+
+    def _due_kind(self, kind: tuple) -> bool:
+        """The sparse policy: whether a call whose inputs are of ``kind`` is checked."""
         new_kind = kind not in self.kinds
         self.kinds.add(kind)
-        if first:
+        if self.calls >= self._next:
+            self._next = verify.next_scheduled(self.calls)
+        if self.calls == 1:
             return not self._checked_first
         if self._watch_nonfinite and any(k in ("nan", "inf") for k in kind):
             return True  # an op the backend's claims mark unsafe on NaN/inf: every such call is checked

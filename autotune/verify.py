@@ -9,7 +9,8 @@
   every 8192nd call, and any call whose inputs are *of a new kind*: a user input holds NaN or ±inf for
   the first time, or its largest magnitude falls in a power-of-16 band not seen before (a backend may
   be right on N(0, 1) values and wrong on 1e6). Telling the kind costs one reduction per floating user
-  input per call (``torch.aminmax``, which propagates NaN); parameters are not scanned.
+  input per call (``torch.linalg.vector_norm(x, inf)``: the largest magnitude, NaN if any value is NaN;
+  one result to read back); inputs that cannot hold floats and parameters are not scanned.
   A graph holding an op its backend's claims list as ``nonfinite_unsafe`` (the conformance suite's
   NaN/±inf variants differ from eager, e.g. TVM's relu, ORT's amax) is checked on *every* call whose
   inputs hold NaN or ±inf, not only the first such call.
@@ -73,20 +74,26 @@ def scheduled(call: int) -> bool:
     return call % SPARSE_EVERY == 0
 
 
+def next_scheduled(call: int) -> int:
+    """The first call after ``call`` that is on the sparse schedule."""
+    if call < SPARSE_UNTIL:
+        return 1 << call.bit_length()  # the next power of two
+    return (call // SPARSE_EVERY + 1) * SPARSE_EVERY
+
+
+_INF = math.inf
+_PEAK = torch.linalg.vector_norm  # ord=inf: the largest magnitude, NaN if any is NaN; one reduction, one result
+
+
 def input_kind(args: Sequence[Any], keyed: Sequence[int]) -> tuple:
     """What kind of values the user inputs hold: per floating input, "nan", "inf" or its magnitude band."""
     kind = []
     for i in keyed:
         a = args[i]
         if isinstance(a, torch.Tensor) and a.dtype.is_floating_point and a.numel():
-            lo, hi = torch.aminmax(a.detach() if a.requires_grad else a)  # runs on every call: no needless detach
-            peak = max(-lo.item(), hi.item())  # NaN if either is NaN
+            peak = _PEAK(a.detach() if a.requires_grad else a, _INF).item()  # every call: no needless detach
             kind.append(
-                "nan"
-                if math.isnan(peak)
-                else "inf"
-                if peak == math.inf
-                else (math.frexp(peak)[1] // 4 if peak else -99)
+                "nan" if peak != peak else "inf" if peak == _INF else (math.frexp(peak)[1] // 4 if peak else -99)
             )
     return tuple(kind)
 

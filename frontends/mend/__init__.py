@@ -1,6 +1,6 @@
 """The mend pass, as a package: the algorithm is described in :mod:`.pipeline`."""
 
 from .pipeline import Mended, Rewrites, mend, mend_function, mended, source_of
-from .switches import scoped, tracing
+from .switches import cond_refused, scoped, tracing
 
-__all__ = ["Mended", "Rewrites", "mend", "mend_function", "mended", "scoped", "source_of", "tracing"]
+__all__ = ["Mended", "Rewrites", "cond_refused", "mend", "mend_function", "mended", "scoped", "source_of", "tracing"]

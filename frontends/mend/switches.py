@@ -18,12 +18,12 @@ a cache miss (a first call, a recompile), and a call that hits the cache pays no
 every call cost ~18 us, as much as the rest of torchmux's per-call work. A compiled function (whose
 Dynamo wrapper keeps its callback in a closure) gets them around each call (:func:`scoped`).
 
-Either way, :func:`scoped` retries a trace once when ``torch.cond`` refused a rewritten if/else.
+Either way a trace that ``torch.cond`` refused (a rewritten if/else) is tried once more
+(:func:`cond_refused`: in :func:`scoped`, or in the API's entry for a module).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import warnings
 from collections.abc import Callable
@@ -78,26 +78,26 @@ def tracing() -> switches:
     return switches()
 
 
-def scoped(fn: Callable[..., Any], per_call: bool = True) -> Callable[..., Any]:
-    """``fn`` run under :func:`switches`; with ``per_call=False`` without them (``while_tracing`` set
-    them where Dynamo traces), keeping the retry for ``torch.cond``."""
-    around = switches if per_call else contextlib.nullcontext
+def scoped(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` run under :func:`switches`, with the retry for ``torch.cond`` (:func:`cond_refused`).
+    A compiled ``nn.Module`` whose Dynamo callback ``while_tracing`` wrapped needs neither wrapper:
+    the API's entry (``api/compile.py``) retries for it."""
 
     @functools.wraps(fn)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        with around():
+    def run_switched(*args: Any, **kwargs: Any) -> Any:
+        with switches():
             traces = rt.COND_TRACES
             try:
                 return fn(*args, **kwargs)
             except Exception as e:
-                if not _cond_refused(e, traces):
+                if not cond_refused(e, traces):
                     raise
                 return fn(*args, **kwargs)
 
-    return run
+    return run_switched
 
 
-def _cond_refused(e: Exception, traces: int) -> bool:
+def cond_refused(e: BaseException, traces: int) -> bool:
     """Whether ``e`` is torch.cond refusing a rewritten if/else while Dynamo traced it (the frame had not
     run); if so, such ifs branch in Python from now on (a graph break, as without the rewrite), said
     once, and the caller traces again."""

@@ -308,6 +308,36 @@ def test_nonfinite_unsafe_ops_are_checked_on_every_nonfinite_call():
     assert counted == [3, 6], counted
 
 
+def test_sparse_checks_the_schedule_and_each_new_kind_of_input():
+    """The sparse policy checks calls 1, 2, 4, 8, ... and the first call whose input is of a new kind: a new
+    magnitude band, the first NaN, the first inf; a NaN again, off the schedule, is not checked."""
+    from torchmux.autotune import verify
+
+    inputs = [x_(i) for i in range(40)]
+    inputs[20] = inputs[20] * 1e6  # call 21: a new magnitude band
+    inputs[26][1, 2] = math.nan  # call 27: the first NaN
+    inputs[32][0, 0] = math.inf  # call 33: the first inf
+    inputs[34][3, 3] = math.nan  # call 35: a NaN again
+    checked: list[int] = []
+    now = [0]  # the call being made
+    real = verify.check_call
+    compiled = torchmux.compile(f, backend="fault_none", options={"verify": "sparse", "isolate": "off"})
+
+    def counting(*a, **k):  # notes the call number, then runs the real check
+        checked.append(now[0])
+        return real(*a, **k)
+
+    verify.check_call = counting
+    try:
+        for now[0], x in enumerate(inputs, 1):
+            torch.testing.assert_close(compiled(x), f(x), equal_nan=True)
+    finally:
+        verify.check_call = real
+    assert checked == [1, 2, 4, 8, 16, 21, 27, 32, 33], checked
+    scheduled = [c for c in range(1, 50_000) if verify.scheduled(c)]
+    assert all(verify.next_scheduled(c) == next(s for s in scheduled if s > c) for c in range(1, 40_000, 7))
+
+
 def test_conformance_cases_have_nonfinite_variants():
     from torchmux.testing.cases import CASES
 
