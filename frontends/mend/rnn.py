@@ -107,6 +107,7 @@ def _unrolled(
         x = x.transpose(0, 1)
     lstm = kind == "lstm"
     per = 4 if bias else 2  # w_ih, w_hh(, b_ih, b_hh) per layer and direction
+    c0: torch.Tensor | None
     if not states:
         zeros = x.new_zeros(num_layers * dirs, x.shape[1], params[1].shape[1])
         h0, c0 = zeros, zeros
@@ -145,7 +146,7 @@ def _direction(
     if b_ih is not None:
         projected = projected + b_ih
     fold = b_hh is not None and kind != "gru"  # gates = gi + gh: b_hh joins the projection (not GRU's r * h_n)
-    if fold:
+    if b_hh is not None and fold:
         projected = projected + b_hh
     w_hh_t = w_hh.t()
     steps = range(x.shape[0] - 1, -1, -1) if d else range(x.shape[0])
