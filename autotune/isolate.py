@@ -55,7 +55,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +68,6 @@ from ..core.ir import GraphIR
 from ..core.registry import get_registry
 from ..core.userframe import warn_at
 
-MODES = ("off", "third-party", "all")
 _FORWARDED = ("TORCHMUX_", "TORCHINDUCTOR_", "TRITON_", "TVM_", "ORT_", "OMP_", "CUDA_VISIBLE_DEVICES")
 STARTUP_SECONDS = 180.0  # importing torch and the backend in a cold child on a loaded machine
 
@@ -253,50 +252,54 @@ class TrialChild:
             return None
 
     def _wait(self, child: subprocess.Popen, deadline: float) -> tuple[tuple[bool, str] | None, bool, bool]:
-        """Read the child's lines until the verdict: ``(verdict or None, child still usable, ask again)``.
-        Lines are read from the file descriptor itself (``os.read``): a buffered reader could hold the
-        verdict line in its buffer while ``select`` waits for the descriptor."""
+        """Read the child's lines until the verdict: ``(verdict or None, child still usable, ask again)``."""
         assert child.stdout is not None
-        fd = child.stdout.fileno()
         limit = time.monotonic() + STARTUP_SECONDS
         started = None
-        pending = b""
-        while True:
-            while b"\n" in pending:
-                line, pending = pending.split(b"\n", 1)
-                if line.strip() == b"up":
-                    self._up = True
-                elif line.strip() == b"ready":
-                    started = time.monotonic()
-                    limit = started + deadline
-                elif line.startswith(b"{"):
-                    verdict = json.loads(line)
-                    if verdict.get("unknown"):
-                        return None, True, False
-                    return (bool(verdict["ok"]), str(verdict["reason"])), True, False
-            left = limit - time.monotonic()
-            if left <= 0:
-                return ((False, f"timed out after {deadline:g} s (isolated trial)") if started else None), False, False
-            readable, _, _ = select.select([fd], [], [], left)
-            if not readable:
-                continue
-            chunk = os.read(fd, 65536)
-            if chunk:
-                pending += chunk
-                continue
-            code = child.wait()  # the child is gone
-            if not self._up:  # it never started: nothing here can run a trial (screen() warns once)
-                self.unavailable = f"the trial child exited with status {code} before it started"
-                return None, False, False
-            if started is None and code == 0:
-                return None, False, True  # it left idle as the request went out: ask a new one
-            if code < 0:
-                return (
-                    (False, f"crashed with signal {-code} ({signal.Signals(-code).name}) in an isolated trial"),
-                    False,
-                    False,
-                )
-            return (False, f"exited with status {code} in an isolated trial"), False, False
+        for line in _lines(child.stdout.fileno(), lambda: limit - time.monotonic()):
+            if line == b"up":
+                self._up = True
+            elif line == b"ready":
+                started = time.monotonic()
+                limit = started + deadline
+            elif line.startswith(b"{"):
+                verdict = json.loads(line)
+                if verdict.get("unknown"):
+                    return None, True, False
+                return (bool(verdict["ok"]), str(verdict["reason"])), True, False
+        if time.monotonic() >= limit:
+            return ((False, f"timed out after {deadline:g} s (isolated trial)") if started else None), False, False
+        code = child.wait()  # the child is gone
+        if not self._up:  # it never started: nothing here can run a trial (screen() warns once)
+            self.unavailable = f"the trial child exited with status {code} before it started"
+            return None, False, False
+        if started is None and code == 0:
+            return None, False, True  # it left idle as the request went out: ask a new one
+        if code < 0:
+            return (
+                (False, f"crashed with signal {-code} ({signal.Signals(-code).name}) in an isolated trial"),
+                False,
+                False,
+            )
+        return (False, f"exited with status {code} in an isolated trial"), False, False
+
+
+def _lines(fd: int, seconds_left: Callable[[], float]) -> Iterator[bytes]:
+    """The lines written to ``fd`` (stripped), until end of file or until ``seconds_left()`` runs out
+    with no line. Read with ``os.read``: a buffered reader could hold a line in its buffer while
+    ``select`` waits on the descriptor. Both sides of the protocol read this way."""
+    pending = b""
+    while True:
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            yield line.strip()
+        left = seconds_left()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return
+        pending += chunk
 
 
 def _kill(child: subprocess.Popen) -> None:
@@ -337,17 +340,9 @@ def _serve() -> None:
     get_registry()
     idle = settings.TRIAL_CHILD_IDLE.get()
     print("up", file=proto, flush=True)
-    pending = b""
-    while True:
-        while b"\n" in pending:
-            line, pending = pending.split(b"\n", 1)
-            print(json.dumps(_one(line.decode().strip(), proto)), file=proto, flush=True)
-        if not select.select([0], [], [], idle)[0]:
-            return  # idle: exit and give the memory back; the parent starts a new child when it needs one
-        chunk = os.read(0, 65536)
-        if not chunk:
-            return  # the parent is gone
-        pending += chunk
+    # until the parent is gone, or idle: then exit and give the memory back (the parent starts a new child)
+    for line in _lines(0, lambda: idle):
+        print(json.dumps(_one(line.decode(), proto)), file=proto, flush=True)
 
 
 def _rebuilt(gm: torch.fx.GraphModule, args: Sequence[Any], kinds: Any, name: str, phase: str) -> GraphIR:
@@ -403,9 +398,8 @@ def _one(path: str, proto: Any) -> dict[str, Any]:
     print("ready", file=proto, flush=True)
     torch.set_num_threads(payload["threads"])
     try:
-        with torch.set_grad_enabled(
-            payload["grad"]
-        ):  # e.g. Inductor freezes only without grad: build what the parent will
+        # the parent's grad mode (Inductor, for one, freezes only without grad): build what the parent will
+        with torch.set_grad_enabled(payload["grad"]):
             built = build_placement(ir, backend, args, mode=payload["mode"], options=payload["options"])
             _, wrong = check_call(ir, built.fn, args, twice=True)
         return {"ok": True, "reason": ""} if wrong is None else {"ok": True, "reason": f"(ran; {wrong})"}

@@ -45,7 +45,6 @@ class InductorBackend(extend.Backend):
         return node.target is not getattr(torch.ops.higher_order, "while_loop", None) and super().supports(node)
 
     def compile(self, request: extend.CompileRequest) -> extend.CompiledGraph:
-
         config_patches: dict = {}
         if request.mode in ("max-autotune", "max-autotune-no-cudagraphs"):
             config_patches.update(max_autotune=True)

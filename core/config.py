@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import settings
 from .backend import Backend
 from .errors import BadArgumentError
 from .registry import get_registry
@@ -199,7 +200,7 @@ def _checked(key: str, value: Any) -> Any:
         )
     if key == "autotune_budget" and (isinstance(value, bool) or not math.isfinite(value) or value < 0):
         raise BadArgumentError(f"options['autotune_budget']={value!r}: pass a finite number of seconds >= 0")
-    if key == "isolate" and value not in ("off", "third-party", "all"):
+    if key == "isolate" and value not in settings.ISOLATE_MODES:
         raise BadArgumentError(f"options['isolate']={value!r}: pass 'off', 'third-party' or 'all'")
     if key == "trial_deadline" and (isinstance(value, bool) or not math.isfinite(value) or value <= 0):
         raise BadArgumentError(f"options['trial_deadline']={value!r}: pass a finite number of seconds > 0")

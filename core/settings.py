@@ -130,10 +130,11 @@ DISTRIBUTED_TIMEOUT = _define(
     _seconds,
     "Under torch.distributed, how long ranks other than 0 wait for rank 0's autotune decision on a graph.",
 )
+ISOLATE_MODES = ("off", "third-party", "all")  # also the option isolate=... (core/config.py)
 ISOLATE = _define(
     "TORCHMUX_ISOLATE",
     "all",
-    lambda raw: _choice(raw, ("off", "third-party", "all")),
+    lambda raw: _choice(raw, ISOLATE_MODES),
     "Which candidate backends auto tries first in a child process (a crash or hang there cannot take the "
     "program down): 'all' (default), 'third-party' (plugins not shipped with torchmux), or 'off'. "
     "The option isolate=... overrides it per compile().",
