@@ -101,7 +101,7 @@ class GraphRunner:
     @property
     def _deadline(self) -> float:
         """Seconds a candidate's compile and first checked calls may take (tuner.within_deadline)."""
-        return float(self.config.get("trial_deadline") or settings.TRIAL_DEADLINE.get())
+        return self.config.trial_deadline
 
     # ------------------------------------------------------------------------------------------
     def _candidates(self, args: Sequence[Any]) -> list:
@@ -180,7 +180,7 @@ class GraphRunner:
                 args,
                 mode=config.mode,
                 options=config.options_for,
-                isolation=config.get("isolate") or settings.ISOLATE.get(),
+                isolation=config.isolation,
                 deadline=self._deadline,
                 where=self._where,
             )

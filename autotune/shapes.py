@@ -177,7 +177,6 @@ class SymbolicChooser:
         import time
         from functools import partial
 
-        from ..core import settings
         from ..core.compare import mismatch
         from . import decisions as cache
         from .tuner import Decision, Measurement, TrialTimeout, choose, short_error, time_rounds, within_deadline
@@ -185,7 +184,7 @@ class SymbolicChooser:
 
         config = self.config
         user_args, args = args, clone_inputs(args, self.ir.input_kinds)  # trials never touch the user's tensors
-        deadline = float(config.get("trial_deadline") or settings.TRIAL_DEADLINE.get())
+        deadline = config.trial_deadline
         if any(takes_symbolic(b) for b in candidates) and config.auto:
             candidates = [b for b in candidates if takes_symbolic(b)]  # see the module docstring
         remembered = (

@@ -78,6 +78,16 @@ class CompileConfig:
         return max(0, value)
 
     @property
+    def isolation(self) -> str:
+        """Which candidates are tried in a child first: the option ``isolate``, else ``TORCHMUX_ISOLATE``."""
+        return str(self.own.get("isolate") or settings.ISOLATE.get())
+
+    @property
+    def trial_deadline(self) -> float:
+        """Seconds a trial may take: the option ``trial_deadline``, else ``TORCHMUX_TRIAL_DEADLINE``."""
+        return float(self.own.get("trial_deadline") or settings.TRIAL_DEADLINE.get())
+
+    @property
     def names(self) -> list[str]:
         return [b.name for b in self.backends]
 
