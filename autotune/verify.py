@@ -9,8 +9,8 @@
   every 8192nd call, and any call whose inputs are *of a new kind*: a user input holds NaN or ±inf for
   the first time, or its largest magnitude falls in a power-of-16 band not seen before (a backend may
   be right on N(0, 1) values and wrong on 1e6). Telling the kind costs one reduction per floating user
-  input per call (``torch.linalg.vector_norm(x, inf)``: the largest magnitude, NaN if any value is NaN;
-  one result to read back); inputs that cannot hold floats and parameters are not scanned.
+  input per call (``torch.aminmax(x)``: the smallest and largest value in one pass, NaN if any value is
+  NaN; two numbers to read back); inputs that cannot hold floats and parameters are not scanned.
   A graph holding an op its backend's claims list as ``nonfinite_unsafe`` (the conformance suite's
   NaN/±inf variants differ from eager, e.g. TVM's relu, ORT's amax) is checked on *every* call whose
   inputs hold NaN or ±inf, not only the first such call.
@@ -82,18 +82,28 @@ def next_scheduled(call: int) -> int:
 
 
 _INF = math.inf
-_PEAK = torch.linalg.vector_norm  # ord=inf: the largest magnitude, NaN if any is NaN; one reduction, one result
+#: the smallest and largest value in one pass (NaN if any is NaN): ~10x faster on the CPU than
+#: ``linalg.vector_norm(t, inf)``, whose abs-then-reduce took 5 ms on a 2M-element input (a third of the
+#: pointwise model's eager time) and ~7 us on 2K elements, on every call
+_RANGE = torch.aminmax
 
 
 def input_kind(args: Sequence[Any], keyed: Sequence[int]) -> tuple:
-    """What kind of values the user inputs hold: per floating input, "nan", "inf" or its magnitude band."""
+    """What kind of values the user inputs hold: per floating input, "nan", "inf" or its magnitude band
+    (the binary exponent of its largest magnitude, in steps of 4)."""
     kind = []
     for i in keyed:
         a = args[i]
         if isinstance(a, torch.Tensor) and a.dtype.is_floating_point and a.numel():
-            peak = _PEAK(a.detach() if a.requires_grad else a, _INF).item()  # every call: no needless detach
+            lo, hi = _RANGE(a.detach() if a.requires_grad else a)  # every call: no needless detach
+            low, high = lo.item(), hi.item()
+            peak = high if high >= -low else -low  # a NaN compares False both ways: caught below
             kind.append(
-                "nan" if peak != peak else "inf" if peak == _INF else (math.frexp(peak)[1] // 4 if peak else -99)
+                "nan"
+                if low != low or high != high
+                else "inf"
+                if peak == _INF
+                else (math.frexp(peak)[1] // 4 if peak else -99)
             )
     return tuple(kind)
 

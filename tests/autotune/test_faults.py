@@ -338,6 +338,22 @@ def test_sparse_checks_the_schedule_and_each_new_kind_of_input():
     assert all(verify.next_scheduled(c) == next(s for s in scheduled if s > c) for c in range(1, 40_000, 7))
 
 
+def test_the_kind_of_an_input_sees_its_largest_magnitude_either_sign_and_nonfinite_values():
+    """input_kind's one pass (min and max): the band of the largest magnitude whether it is the most
+    negative or the most positive value, NaN anywhere (also beside an inf), -inf, half precision,
+    a tensor that needs grad; integer and empty inputs are not scanned."""
+    from torchmux.autotune.verify import input_kind
+
+    small, big_negative = torch.tensor([0.5, -1.0, 2.0]), torch.tensor([0.5, -3.0e6, 2.0])
+    (band,), (band_negative,) = input_kind([small], [0]), input_kind([big_negative], [0])
+    assert band == math.frexp(2.0)[1] // 4 and band_negative == math.frexp(3.0e6)[1] // 4
+    assert input_kind([torch.tensor([1.0, math.inf, math.nan])], [0]) == ("nan",)
+    assert input_kind([torch.tensor([-math.inf, 1.0])], [0]) == ("inf",)
+    assert input_kind([torch.tensor([1.0, math.nan]).half()], [0]) == ("nan",)
+    assert input_kind([torch.zeros(3, requires_grad=True)], [0]) == (-99,)
+    assert input_kind([torch.arange(3), torch.empty(0), small], [0, 1, 2]) == (band,)
+
+
 def test_conformance_cases_have_nonfinite_variants():
     from torchmux.testing.cases import CASES
 
