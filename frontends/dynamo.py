@@ -107,6 +107,8 @@ class TorchmuxDynamoBackend:
                 registry.notify("torchmux_graph_captured", ir=ir)
                 runner = self.place(ir)
                 captured.runners.append(runner)
+                if phase == "inference" and n_inputs == len(example_inputs) and _plain_inference(example_inputs):
+                    direct.append(runner)
                 return make_boxed_func(runner)
 
             return compile_graph
@@ -121,13 +123,15 @@ class TorchmuxDynamoBackend:
                 stacklevel=2,
             )
             return gm.forward
+        direct: list[Callable[..., Any]] = []  # the inference runner, where AOTAutograd's wrapper has nothing to do
         try:
-            return aot_autograd(
+            compiled = aot_autograd(
                 fw_compiler=compiler("forward"),
                 bw_compiler=compiler("backward"),
                 inference_compiler=compiler("inference"),
                 decompositions=core_aten_decompositions(),
             )(gm, example_inputs)
+            return _without_autograd(direct[0]) if direct else compiled
         except Exception as e:  # normalization failed: run Dynamo's graph as captured, and say so
             captured.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             warnings.warn(
@@ -136,6 +140,60 @@ class TorchmuxDynamoBackend:
                 stacklevel=2,
             )
             return gm.forward
+
+
+def _plain_inference(example_inputs: list[Any]) -> bool:
+    """Whether AOTAutograd's runtime wrapper around the inference graph being compiled would only call it
+    with grad mode off: read from the metadata AOTAutograd left in the tracing context for its compiler
+    (the caller checked that the graph takes Dynamo's inputs one for one, so no input was deduplicated,
+    lifted, or added as an effect token or RNG state).
+
+    Anything else the wrapper does rules it out: an input mutated (written back after the call, or kept
+    in the graph, whose version counter it bumps), an output that aliases an input or another output
+    (views regenerated), a tensor subclass (unwrapped and rewrapped), functionalized RNG, effect tokens,
+    grad mode set inside the graph, dynamic output dimensions marked for Dynamo, autocast on while
+    tracing (the call runs with autocast off) or a first call Dynamo fakifies. Without the wrapper a
+    call of a compiled model costs ~10 Python frames less (~3 us; ~15 us where a large graph's run has
+    evicted them from the CPU's caches)."""
+    ctx = torch._guards.TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None)
+    if meta is None or getattr(ctx, "fakify_first_call", True) or torch._C._is_any_autocast_enabled():
+        return False
+    plain = (torch.Tensor, torch.nn.Parameter, int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
+    try:
+        return (
+            all(type(x) in plain or isinstance(x, torch._subclasses.FakeTensor) for x in example_inputs)
+            and not any(i.mutates_data or i.mutates_metadata for i in meta.input_info)
+            and meta.num_outputs_aliased == 0
+            and meta.num_intermediate_bases == 0
+            and not meta.tokens
+            and not meta.is_rng_op_functionalized
+            and meta.grad_enabled_mutation is None
+            and not meta.dynamic_outputs
+            and all(type(m).__name__ == "PlainTensorMeta" or isinstance(m, int) for m in meta.subclass_inp_meta)
+            and all(
+                type(m).__name__ == "PlainTensorMeta" or isinstance(m, int) for m in meta.subclass_fw_graph_out_meta
+            )
+        )
+    except AttributeError:  # a torch whose metadata is laid out otherwise: keep its wrapper
+        return False
+
+
+def _without_autograd(runner: Callable[..., Any]) -> Callable[..., Any]:
+    """What Dynamo calls for a plain inference graph: the runner, with grad mode off as AOTAutograd's
+    wrapper would set it (an inference graph can be compiled under grad mode when no input needs grad)."""
+    grad_enabled, set_grad = torch.is_grad_enabled, torch._C._set_grad_enabled
+
+    def call(*args: Any) -> Any:
+        if not grad_enabled():
+            return runner(*args)
+        set_grad(False)
+        try:
+            return runner(*args)
+        finally:
+            set_grad(True)
+
+    return call
 
 
 class TraceOptions:

@@ -240,3 +240,55 @@ def test_calls_of_a_compiled_module_open_no_profiler_range(monkeypatch, mend):
         plain = _ProbedToo()
         torch.testing.assert_close(torch.compile(plain, backend="eager")(x), plain(x))
     assert entered  # the probe sees torch.compile's range: torchmux's absence is real
+
+
+def _compiled_with(fn, place):
+    """torch.compile(fn) through the frontend with ``place``; also returns what the frontend gave Dynamo."""
+    from torchmux.frontends.dynamo import TorchmuxDynamoBackend
+
+    frontend, given = TorchmuxDynamoBackend(place), []
+
+    def backend(gm, example_inputs):
+        given.append(frontend(gm, example_inputs))
+        return given[-1]
+
+    torch._dynamo.reset()
+    return torch.compile(fn, backend=backend), given
+
+
+def _reference(ir):
+    def run(*args):
+        return list(ir.run_reference(*args))
+
+    return run
+
+
+@pytest.mark.parametrize(
+    "name, fn, grad, direct",
+    [
+        ("plain, no_grad", lambda x, w: torch.relu(x @ w) * 2, False, True),
+        ("plain, grad mode on, no input needs grad", lambda x, w: torch.relu(x @ w) * 2, True, True),
+        ("mutates an input", lambda x, w: x.mul_(2) @ w, False, False),
+        ("returns an input's view", lambda x, w: (x.t(), x @ w), False, False),
+        # views of an intermediate: AOTAutograd under no_grad regenerates nothing for them either
+        ("returns two views of an intermediate", lambda x, w: ((x @ w).view(-1), (x @ w)[0]), False, True),
+    ],
+)
+def test_an_inference_graph_skips_aotautograds_wrapper_only_where_it_has_nothing_to_do(name, fn, grad, direct):
+    """A plain inference graph reaches Dynamo as the runner itself (no AOTAutograd runtime wrapper: its
+    frames, every call); one with an input mutated or an output aliasing keeps the wrapper, which writes
+    the mutation back and regenerates the views. Either way the answers, the mutation and the grad flags
+    equal eager's."""
+    compiled, given = _compiled_with(fn, _reference)
+    x, w = torch.randn(3, 4), torch.randn(4, 5)
+    x_eager = x.clone()
+    with torch.set_grad_enabled(grad):
+        out, expected = compiled(x, w), fn(x_eager, w)
+    (returned,) = given
+    assert (returned.__qualname__ == "_without_autograd.<locals>.call") == direct, returned.__qualname__
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(x, x_eager)
+    flat = out if isinstance(out, tuple) else (out,)
+    assert not any(t.requires_grad for t in flat)
+    if name.startswith("returns an input's view"):
+        assert out[0]._base is x  # a view of the user's tensor, as eager returns
