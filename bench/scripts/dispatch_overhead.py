@@ -1,6 +1,7 @@
 """What torchmux adds to every call: a tiny model where the work is small and the overhead shows.
 
     python -m torchmux.bench.scripts.dispatch_overhead [--layers 10] [--calls 2000] [--rounds 7] [--parts]
+    python -m torchmux.bench.scripts.dispatch_overhead --model resnet [--batch-size 8]
 
 Ten 4x4 Linear layers on a 2x4 input, one thread, under ``torch.no_grad()``:
 
@@ -13,8 +14,18 @@ Ten 4x4 Linear layers on a 2x4 input, one thread, under ``torch.no_grad()``:
   NumPy arrays, the bench's ``onnxruntime-export``) and ``torchmux.compile(backend="onnxruntime")``:
   the same session work, and what torchmux (and Dynamo under it) adds to each call.
 
+``--model NAME`` (a bench zoo model) asks where torchmux's ONNX Runtime backend loses to ONNX Runtime
+used directly on a real model: it times the direct path, the same session torchmux built called on
+its own, that session behind Dynamo alone (a Dynamo backend that calls it: the floor of any
+Dynamo-based system, torch.compile included), and torchmux's call. Dynamo's per-call cost grows with
+the model's guards (one per parameter, module attribute, config value) and, after a run that walked
+megabytes of weights, with the CPU cache misses its guard tree and frames then take: ~20 us between
+back-to-back calls, ~100 us (ResNet) to ~200 us (T5) after a real model's run.
+
 The systems run in interleaved rounds of ``--calls`` calls (machine noise hits them alike); each
-figure is the best round, in microseconds per call. ``--parts`` also times the layers of one torchmux
+figure is the best round, in microseconds per call of the calling thread's CPU time: everything runs
+in that thread (one thread; Inductor's code and ONNX Runtime at one intra-op thread run in the
+caller's), so the time other jobs on a shared machine take from it is left out. ``--parts`` also times the layers of one torchmux
 call from the inside out (the backend's compiled graph, the Guard that applies the verify policy, the
 frozen weights' check, the GraphRunner, then everything above it: Dynamo, AOTAutograd, the API's
 wrappers), so the differences between rows say where the time goes.
@@ -26,7 +37,7 @@ import argparse
 import functools
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -50,7 +61,9 @@ def per_call_us(fn: Callable[[], Any], calls: int) -> float:
     return interleaved({"fn": fn}, calls, 5)["fn"]
 
 
-def interleaved(fns: dict[str, Callable[[], Any]], calls: int, rounds: int) -> dict[str, float]:
+def interleaved(
+    fns: dict[str, Callable[[], Any]], calls: int, rounds: int, clock: Callable[[], float] = time.thread_time
+) -> dict[str, float]:
     """Each round times every function for ``calls`` calls; a function's figure is its best round (us/call)."""
     for fn in fns.values():
         for _ in range(50):
@@ -58,10 +71,10 @@ def interleaved(fns: dict[str, Callable[[], Any]], calls: int, rounds: int) -> d
     best = dict.fromkeys(fns, float("inf"))
     for _ in range(rounds):
         for name, fn in fns.items():
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(calls):
                 fn()
-            best[name] = min(best[name], (time.perf_counter() - t0) / calls * 1e6)
+            best[name] = min(best[name], (clock() - t0) / calls * 1e6)
     return best
 
 
@@ -82,21 +95,8 @@ def _onnxruntime(model: torch.nn.Module) -> dict[str, Callable[..., Any]]:
 
 def parts(compiled: Callable[..., Any], x: torch.Tensor, calls: int, rounds: int) -> dict[str, float]:
     """The layers of one call of ``compiled`` (a torchmux model of one graph), innermost first (us/call)."""
-    from torchmux.autotune.runner import GraphRunner
 
-    seen: dict[str, Any] = {}
-    call = GraphRunner.__call__
-
-    def recording_call(self: GraphRunner, *a: Any) -> Any:
-        seen["runner"], seen["args"] = self, a
-        return call(self, *a)
-
-    GraphRunner.__call__ = recording_call  # type: ignore[method-assign]
-    try:
-        compiled(x)
-    finally:
-        GraphRunner.__call__ = call  # type: ignore[method-assign]
-    runner, args = seen["runner"], seen["args"]
+    runner, args = _runner_of(compiled, (x,))
     (frozen,) = runner._fns.values()  # FrozenCall (weights as constants) around the Guard
     guard = getattr(frozen, "fn", frozen)
     user = frozen._user(args) if hasattr(frozen, "_user") else args
@@ -113,15 +113,75 @@ def parts(compiled: Callable[..., Any], x: torch.Tensor, calls: int, rounds: int
     )
 
 
+def zoo_floor(name: str, batch: int, calls: int, rounds: int) -> dict[str, float]:
+    """``--model``: ONNX Runtime direct, torchmux's session alone, behind Dynamo alone, torchmux (us/call)."""
+    from torchmux.bench.run import ONNX_EXPORT, make_compiled
+    from torchmux.bench.zoo import build
+
+    model, args = build(name, batch)
+    direct = make_compiled(ONNX_EXPORT, model, threads=1)
+    compiled = torchmux.compile(model, backend="onnxruntime", options={"onnxruntime.intra_op_num_threads": 1})
+    with torch.no_grad():
+        direct(*args)
+        compiled(*args)
+        runner, runner_args = _runner_of(compiled, args)
+        (frozen,) = runner._fns.values()  # FrozenCall around the Guard around the OrtGraph
+        session, user = frozen.fn.fn, frozen._user(runner_args)
+
+        def floor_backend(gm: Any, example_inputs: Any) -> Callable[..., Any]:
+            return lambda *a: session(*frozen._user(a))
+
+        behind_dynamo = torch.compile(model, backend=floor_backend)
+        behind_dynamo(*args)
+        return interleaved(
+            {
+                "onnxruntime direct": lambda: direct(*args),
+                "torchmux's session alone": lambda: session(*user),
+                "the session behind Dynamo": lambda: behind_dynamo(*args),
+                "torchmux onnxruntime": lambda: compiled(*args),
+            },
+            calls,
+            rounds,
+        )
+
+
+def _runner_of(compiled: Callable[..., Any], args: Sequence[Any]) -> tuple[Any, tuple]:
+    """The GraphRunner one call of ``compiled`` (a model of one graph) goes through, and its arguments."""
+    from torchmux.autotune.runner import GraphRunner
+
+    seen: dict[str, Any] = {}
+    call = GraphRunner.__call__
+
+    def recording_call(self: GraphRunner, *a: Any) -> Any:
+        seen["runner"], seen["args"] = self, a
+        return call(self, *a)
+
+    GraphRunner.__call__ = recording_call  # type: ignore[method-assign]
+    try:
+        compiled(*args)
+    finally:
+        GraphRunner.__call__ = call  # type: ignore[method-assign]
+    return seen["runner"], seen["args"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=10)
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--parts", action="store_true", help="also time the layers of one torchmux call")
+    ap.add_argument("--model", help="a bench zoo model: where torchmux onnxruntime's time goes on it (see above)")
+    ap.add_argument("--batch-size", type=int, default=8)
     a = ap.parse_args()
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
+    if a.model:
+        floor = zoo_floor(a.model, a.batch_size, max(1, a.calls // 20), a.rounds)
+        direct = floor["onnxruntime direct"]
+        print(f"{a.model}, batch {a.batch_size}, 1 thread: {'system':26s} {'us/call':>9s} {'vs direct':>10s}")
+        for name, us in floor.items():
+            print(f"{'':28s}{name:26s} {us:9.1f} {us / direct:9.3f}x")
+        return
     model, x = Stack(a.layers).eval(), torch.randn(2, 4)
     systems = {
         "eager": model,
