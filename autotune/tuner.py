@@ -57,7 +57,8 @@ T = TypeVar("T")
 
 @dataclass
 class Measurement:
-    """One candidate's result. ``seconds`` is the median latency, ``inf`` when it failed."""
+    """One candidate's result. ``seconds`` is the median latency, ``inf`` when it failed, NaN when it
+    was not timed (a named backend, the one candidate left, a remembered winner)."""
 
     backend: str
     seconds: float
@@ -73,6 +74,8 @@ class Measurement:
             return f"{self.backend}: failed ({self.reason})"
         p = self.placement
         split = f", {p.eager_summary}" if p and p.ops_eager else ""
+        if self.seconds != self.seconds:  # NaN: checked, never raced against another candidate
+            return f"{self.backend}: correct, not timed{split}"
         return f"{self.backend}: {self.seconds * 1e3:.3f} ms{split}"
 
 
@@ -149,6 +152,9 @@ def measure(
             if progress:
                 progress(m.backend, "time")
         time_rounds(live, args, time_budget, max_rounds)
+    else:  # untimed: what the first checked calls took (compare included) is no latency to report or keep
+        for m, _ in live:
+            m.seconds = math.nan
     return results
 
 

@@ -181,3 +181,15 @@ def test_auto_never_picks_a_wrong_backend(faulty):
     with warnings.catch_warnings():
         warnings.simplefilter("error", torchmux.TorchmuxFallbackWarning)  # auto falls back silently
         torch.testing.assert_close(torchmux.compile(f, backend=["faulty_wrong", "eager"])(x), f(x))
+
+
+def test_explain_reports_a_latency_only_for_candidates_timed_against_each_other(faulty):
+    """A named backend is checked, not timed: explain shows no milliseconds for it (its first checked
+    calls, the reference's run and the comparison included, are no latency); candidates that raced
+    (a list is auto among them, eager included) show their median."""
+    x = torch.randn(64, 64)
+    (alone,) = torchmux.explain(lambda x: torch.exp(x) - 2, x, backend="inductor").graphs[0].placements
+    assert alone == "inference: inductor", alone
+    report = torchmux.explain(lambda x: torch.exp(x) - 3, x, backend=["faulty_crash", "inductor"])
+    (raced,) = report.graphs[0].placements
+    assert raced.endswith(" ms"), raced
