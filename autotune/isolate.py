@@ -22,8 +22,8 @@ build: the child rebuilds the parent's graph node for node (the pickled code re-
 weights kept as ``get_attr``, each value's spec restored by fake propagation; a child graph whose
 structure differs from the parent's is refused) and takes the parent's fingerprint, so ONNX
 Runtime's models, TVM's libraries and Inductor's FX graph cache entries are found under the same
-keys (frozen Inductor graphs too: torchmux's Inductor backend does not pre-pack their weights, which
-would not pickle). ``python -m torchmux.bench.scripts.isolation_cold_start`` measures the cost against
+keys (frozen Inductor graphs too: their oneDNN-packed weights are keyed by spec and folded again in
+the parent, ``backends/inductor.py``). ``python -m torchmux.bench.scripts.isolation_cold_start`` measures the cost against
 ``torch.compile``'s first call.
 
 Which candidates are isolated (``options={"isolate": ...}`` or ``TORCHMUX_ISOLATE``): ``"all"``
