@@ -242,6 +242,9 @@ class TrialChild:
                 except OSError:  # it exited since the poll in start()
                     _kill(child)
                     self._proc = None
+                    if not self._up:  # it never started (as _wait says): nothing here can run a trial
+                        self.unavailable = f"the trial child exited with status {child.returncode} before it started"
+                        return None
                     continue
                 verdict, alive, retry = self._wait(child, deadline)
                 if not alive:
