@@ -127,9 +127,10 @@ def _install_packed_weight_keys() -> None:
     from torch._inductor import codecache
     from torch._inductor.freezing_utils import is_frozen_param
 
-    validator, pickler = getattr(codecache, "CacheabilityValidator", None), getattr(codecache, "FxGraphCachePickler", None)
+    validator: Any = getattr(codecache, "CacheabilityValidator", None)
+    pickler: Any = getattr(codecache, "FxGraphCachePickler", None)
     if not hasattr(validator, "check_tensor") or not hasattr(pickler, "_reduce_tensor"):
-        return
+        return  # another torch: its cache decides alone
     check, reduce = validator.check_tensor, pickler._reduce_tensor
 
     def packed(t: torch.Tensor) -> bool:
