@@ -69,7 +69,7 @@ def compile(
     config = resolve(backend, mode, options)
     settings.REMOTE_CACHE.get()  # a malformed TORCHMUX_REMOTE_CACHE is refused here, not at the first call
     watch_recompile_limit()  # Dynamo's silent switch to eager past its limit becomes a warning
-    isolate.prestart(config.backends, config.isolation)  # the trials' child starts while Dynamo captures
+    isolate.prestart(config.backends, config.isolation, model)  # the trials' child starts while Dynamo captures
     retry = None
     if config.get("mend"):  # remove graph breaks from the source first (frontends/mend/)
         from ..frontends.mend import cond_refused, mend, scoped, tracing

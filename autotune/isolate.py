@@ -6,7 +6,8 @@ backend named with ``backend=`` alike; eager, the reference, never is), and only
 built: a decision already on disk runs without trials.
 
 **One child per process** (:class:`TrialChild`). ``compile()`` starts it (:func:`prestart`), so its
-start -- importing torch and Inductor, seconds -- overlaps Dynamo's capture in the parent; it then
+start -- importing torch and Inductor, seconds -- overlaps Dynamo's capture in the parent (not when the
+same model was compiled here before: a warm start needs no trial); it then
 answers trial after trial, and only a trial that kills it costs a new start. Protocol, a line each
 way: the parent ``torch.save``-s a request (the graph, input kinds, copies of the inputs, backend
 name and plugin module, options, the cache settings of the moment) and writes its path; the child
@@ -21,10 +22,9 @@ build: the child rebuilds the parent's graph node for node (the pickled code re-
 weights kept as ``get_attr``, each value's spec restored by fake propagation; a child graph whose
 structure differs from the parent's is refused) and takes the parent's fingerprint, so ONNX
 Runtime's models, TVM's libraries and Inductor's FX graph cache entries are found under the same
-keys. Not reused: Inductor graphs with frozen weights on the CPU, which Inductor itself does not
-cache (its mkldnn-packed weights do not pickle), are lowered again in the parent (the C++ it
-compiles is found in its code cache). ``python -m torchmux.bench.scripts.isolation_cold_start``
-measures the cost against ``torch.compile``'s first call.
+keys (frozen Inductor graphs too: their oneDNN-packed weights are keyed by spec and folded again in
+the parent, ``backends/inductor.py``). ``python -m torchmux.bench.scripts.isolation_cold_start`` measures the cost against
+``torch.compile``'s first call.
 
 Which candidates are isolated (``options={"isolate": ...}`` or ``TORCHMUX_ISOLATE``): ``"all"``
 (default), ``"third-party"`` (backends whose plugin is not torchmux itself), or ``"off"``. A backend
@@ -242,6 +242,9 @@ class TrialChild:
                 except OSError:  # it exited since the poll in start()
                     _kill(child)
                     self._proc = None
+                    if not self._up:  # it never started (as _wait says): nothing here can run a trial
+                        self.unavailable = f"the trial child exited with status {child.returncode} before it started"
+                        return None
                     continue
                 verdict, alive, retry = self._wait(child, deadline)
                 if not alive:
@@ -316,12 +319,41 @@ _SERVER = TrialChild()
 atexit.register(_SERVER.stop)
 
 
-def prestart(backends: Sequence[Any], mode: str) -> None:
+def prestart(backends: Sequence[Any], mode: str, model: Any = None) -> None:
     """Start the trial child now if ``mode`` isolates one of ``backends``, so that importing torch there
-    overlaps the parent's capture instead of delaying the first trial (compile() calls this)."""
-    if any(wanted(b, mode) for b in backends) and not _SERVER.unavailable:
-        with _SERVER._lock:
-            _SERVER.start()
+    overlaps the parent's capture instead of delaying the first trial (compile() calls this).
+
+    Not on a warm start: where ``model`` (the same class and weight specs, or the same function) was
+    compiled with these backends before, its graphs' verdicts are on disk and no trial is expected,
+    so a child would only take CPU from the parent. A graph that does need one (a new shape, a new
+    code path) starts the child then, as :func:`trial` asks."""
+    if not any(wanted(b, mode) for b in backends) or _SERVER.unavailable:
+        return
+    seen = settings.CACHE_DIR.get() / "trials" / "models" / _model_key(model, backends, mode)
+    if model is not None and seen.exists():
+        return
+    with _SERVER._lock:
+        _SERVER.start()
+    if model is not None:
+        with contextlib.suppress(OSError):  # a read-only cache: every start prestarts, as before
+            atomic_write(seen, "")
+
+
+def _model_key(model: Any, backends: Sequence[Any], mode: str) -> str:
+    """What :func:`prestart` remembers a compiled model by: its class and the names, shapes and dtypes of
+    its weights (a function: its code's place), the candidates, the isolation mode and the versions."""
+    from ..core.version import __version__
+
+    if isinstance(model, torch.nn.Module):
+        what = [f"{type(model).__module__}.{type(model).__qualname__}"] + [
+            f"{n}:{tuple(t.shape)}:{t.dtype}" for n, t in (*model.named_parameters(), *model.named_buffers())
+        ]
+    else:
+        code = getattr(model, "__code__", None)
+        what = [getattr(model, "__module__", "?") or "?", getattr(model, "__qualname__", type(model).__qualname__)]
+        what += [f"{code.co_filename}:{code.co_firstlineno}"] if code is not None else []
+    what += sorted(b.name for b in backends) + [mode, torch.__version__, __version__]
+    return hashlib.sha256("|".join(what).encode()).hexdigest()[:32]
 
 
 def _serve() -> None:

@@ -2,8 +2,9 @@
 
 Each run is a fresh process with fresh caches (torchmux's and Inductor's), so every candidate is
 built from nothing; the two settings alternate, run after run, so a busy machine slows both alike.
-A third column is the warm start (second process, same caches) after an ``"all"`` run: the verdicts
-and the decision are on disk, so no child is asked anything.
+Then the warm starts (a second process on the same caches): auto's after an ``"all"`` run (the
+verdicts and the decision are on disk, so no child is started and no trial run), and, for
+reference, ``torch.compile``'s; ``warm/cold`` is auto's warm start over its cold one.
 
     python -m torchmux.bench.scripts.isolation_cold_start --models mlp,resnet --repeats 2
 """
@@ -54,10 +55,11 @@ def main() -> None:
     a = ap.parse_args()
     print(
         f"{'model':10} {'torch.compile':>13} {'auto off':>9} {'auto all':>9} {'all/off':>8} {'all/tc':>7} "
-        f"{'warm all':>9} {'trials':>7}   (seconds, first call, fresh caches)"
+        f"{'warm all':>9} {'warm/cold':>9} {'warm tc':>8} {'trials':>7} {'warm trials':>11}"
+        "   (seconds, first call)"
     )
     for model in a.models.split(","):
-        tc, off, on, warm, trials = [], [], [], [], 0
+        tc, off, on, warm, warm_tc, trials, warm_trials = [], [], [], [], [], 0, 0
         for _ in range(a.repeats):
             with tempfile.TemporaryDirectory() as c0, tempfile.TemporaryDirectory() as c1:
                 with tempfile.TemporaryDirectory() as c2:
@@ -66,9 +68,16 @@ def main() -> None:
                     r = first_call(model, "all", c2)
                     on.append(r["seconds"])
                     trials = int(r["trials"])
-                    warm.append(first_call(model, "all", c2)["seconds"])
-        t, o, n, w = (statistics.median(v) for v in (tc, off, on, warm))
-        print(f"{model:10} {t:13.2f} {o:9.2f} {n:9.2f} {n / o:8.2f} {n / t:7.2f} {w:9.2f} {trials:7d}", flush=True)
+                    r = first_call(model, "all", c2)
+                    warm.append(r["seconds"])
+                    warm_trials = int(r["trials"])
+                    warm_tc.append(first_call(model, "torch.compile", c0)["seconds"])
+        t, o, n, w, wt = (statistics.median(v) for v in (tc, off, on, warm, warm_tc))
+        print(
+            f"{model:10} {t:13.2f} {o:9.2f} {n:9.2f} {n / o:8.2f} {n / t:7.2f} {w:9.2f} {w / n:9.2f} {wt:8.2f} "
+            f"{trials:7d} {warm_trials:11d}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -555,13 +555,16 @@ def test_a_child_that_cannot_start_leaves_plugins_out_with_one_warning(monkeypat
     monkeypatch.setattr(isolate, "_SERVER", isolate.TrialChild())
     monkeypatch.setattr(isolate.sys, "executable", "/bin/false")
     inputs = [torch.randn(7, 9), torch.randn(7, 11)]
-    outs, warned = [], []
+    outs, warned, starts = [], [], []
     for x, name in zip(inputs, ["fault_abort", "fault_none"]):
         torch._dynamo.reset()
         o, w = run_calls([name, "eager"], [x], isolate="all")
         outs += o
         warned += w
+        starts.append(isolate._SERVER.starts)
     assert_eager(outs, inputs)
     unavailable = [w for w in warned if "isolated trials are unavailable" in str(w.message)]
     assert len(unavailable) == 1 and unavailable[0].filename == __file__
-    assert isolate._SERVER.starts == 2  # the one compile() started, the one the first trial asked: no more
+    # the one compile() started (none where f was compiled with these backends before: a warm start)
+    # and the one the first trial asked; after that, none
+    assert starts[0] in (1, 2) and starts[1] == starts[0], starts
