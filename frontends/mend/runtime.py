@@ -308,17 +308,23 @@ def as_bool(p: torch.Tensor) -> torch.Tensor:
     return p.reshape(()).bool()
 
 
-def mergeable(p: torch.Tensor, a: Any, b: Any) -> bool:
+def mergeable(p: torch.Tensor, a: Any, b: Any, computed: bool = False) -> bool:
     """True if ``torch.where`` gives exactly what the chosen branch gives, values and gradients.
 
     Tensors must agree in shape, dtype and device (no broadcasting, no promotion). Under autograd the
     branch not taken would receive zero gradients, which can turn into NaN through a singular
-    derivative, so a tensor that needs gradients is not merged (torch.cond is used instead).
+    derivative, so a tensor that needs gradients is not merged (torch.cond is used instead), unless
+    ``computed``: both values were computed before the choice (a masked loop's old and new values, both
+    sides of a conditional expression). Then torch.cond could only pick between them too, and its
+    backward gives the operands its branch did not use zero gradients, as ``torch.where``'s does: the
+    same values and gradients, without tracing two subgraphs per choice.
     """
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        return type(a) is type(b) and len(a) == len(b) and all(mergeable(p, x, y) for x, y in zip(a, b))
+        return (
+            type(a) is type(b) and len(a) == len(b) and all(mergeable(p, x, y, computed) for x, y in zip(a, b))
+        )
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+        if not computed and torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
             return False
         return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device and p.device == a.device
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
@@ -493,17 +499,15 @@ def any_(*operands: Callable[[], Any]) -> Any:
 
 
 def choose(note: int, p: Any, a: Callable[[], Any], b: Callable[[], Any]) -> Any:
-    """``a if p else b`` with ``p`` a tensor test: both sides run and ``torch.where`` picks (they merge),
-    or ``torch.cond`` (they need gradients); otherwise Python's conditional expression."""
+    """``a if p else b`` with ``p`` a tensor test: both sides run and ``torch.where`` picks (they merge;
+    when Dynamo traces, values needing gradients too: see ``mergeable``); otherwise Python's conditional
+    expression."""
     if not pred(p):
         return a() if p else b()
     x, y = a(), b()
-    if mergeable(p, x, y):
+    if mergeable(p, x, y, computed=torch.compiler.is_compiling()):
         fired(note)
         return merge(p, x, y)
-    if COND and torch.compiler.is_compiling() and cond_ok(p, (x,), (y,)):
-        fired(note)
-        return cond(p, lambda: (x,), lambda: (y,))[0]
     return x if p else y
 
 
@@ -577,10 +581,7 @@ def until(
             return new, (as_bool(test),)
         if isinstance(state, tuple) and _selectable(state[0], old, new):
             fired(note)
-            kept = (
-                merge(state[0], old, new) if mergeable(state[0], old, new) else cond(state[0], lambda: old, lambda: new)
-            )
-            return tuple(kept), (state[0] | as_bool(test),)
+            return tuple(merge(state[0], old, new)), (state[0] | as_bool(test),)
     if isinstance(state, tuple) and state[0]:  # masking cannot go on: Python decides whether it had stopped
         return old, True
     return new, test
@@ -590,15 +591,14 @@ def after_break(p: Any, at_break: tuple[Any, ...], at_end: tuple[Any, ...]) -> t
     """One iteration's carried values when the break test ``p`` sits mid-body: those at the test if it
     held, those at the end of the body otherwise (both were computed: they have no side effects)."""
     if pred(p) and _selectable(p, at_break, at_end):
-        if mergeable(p, at_break, at_end):
-            return tuple(merge(p, at_break, at_end))
-        return tuple(cond(p, lambda: at_break, lambda: at_end))
+        return tuple(merge(p, at_break, at_end))
     return at_break if p else at_end
 
 
 def _selectable(p: Any, a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
-    """``torch.where`` can pick between ``a`` and ``b``, or ``torch.cond`` can (values needing gradients)."""
-    return mergeable(p, a, b) or (COND and torch.compiler.is_compiling() and cond_ok(p, a, b))
+    """``torch.where`` can pick between ``a`` and ``b``, both computed already (values needing gradients
+    too, when Dynamo traces: see ``mergeable``; eagerly, Python decides then, as the user wrote it)."""
+    return mergeable(p, a, b, computed=torch.compiler.is_compiling())
 
 
 def stopped(state: Any) -> bool:
