@@ -264,6 +264,12 @@ _PURE_IN_EVAL = (
 )
 
 
+#: the rule for each kind above, in one dict: looking a type up in a dict costs Dynamo one lookup where
+#: ``type(m) in <tuple>`` builds (and guards) a variable for every type it compares with, ~2 ms a call
+_KINDS: dict[type, str] = {**dict.fromkeys(_PURE_MODULES, "pure"), **dict.fromkeys(_PURE_IN_EVAL, "eval")}
+_KINDS[nn.Sequential] = "sequential"
+
+
 #: user module classes whose ``forward`` the mend pass read as side-effect free (``analysis.pure_forward``):
 #: class -> (that forward, the ``self.<name>`` modules it calls)
 PURE_FORWARDS: dict[type, tuple[Any, tuple[str, ...]]] = {}
@@ -274,10 +280,13 @@ def pure_module(m: Any) -> bool:
     of such, or a user module whose forward only computes values from pure modules (no hooks, no forward
     set on the instance)."""
     kind = type(m)
-    if kind in _PURE_MODULES:
+    rule = _KINDS.get(kind)
+    if rule == "pure":
         return True
-    if kind is nn.Sequential:
+    if rule == "sequential":
         return _all_pure(m)
+    if rule == "eval":
+        return not m.training
     if kind in PURE_FORWARDS:
         forward, calls = PURE_FORWARDS[kind]
         if kind.forward is not forward or m._forward_hooks or m._forward_pre_hooks or "forward" in m.__dict__:
@@ -286,7 +295,7 @@ def pure_module(m: Any) -> bool:
             if not pure_module(getattr(m, name)):
                 return False
         return True
-    return kind in _PURE_IN_EVAL and not m.training
+    return False
 
 
 def data_test(p: Any) -> Any:
@@ -305,6 +314,10 @@ def pred(p: Any) -> bool:
 
 
 def as_bool(p: torch.Tensor) -> torch.Tensor:
+    """``p`` (one element) as a 0-d bool tensor; ``p`` itself when it is one already (a masked loop's
+    state): no more nodes in the graph, nor work for Dynamo."""
+    if p.dtype == torch.bool and p.dim() == 0:
+        return p
     return p.reshape(()).bool()
 
 
@@ -320,9 +333,12 @@ def mergeable(p: torch.Tensor, a: Any, b: Any, computed: bool = False) -> bool:
     same values and gradients, without tracing two subgraphs per choice.
     """
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        return (
-            type(a) is type(b) and len(a) == len(b) and all(mergeable(p, x, y, computed) for x, y in zip(a, b))
-        )
+        if type(a) is not type(b) or len(a) != len(b):
+            return False
+        for x, y in zip(a, b):  # a loop, not all(<generator>): two fewer functions for Dynamo to trace each call
+            if not mergeable(p, x, y, computed):
+                return False
+        return True
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         if not computed and torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
             return False
@@ -351,7 +367,8 @@ def snap(v: Any) -> Any:
 
 def merge(p: torch.Tensor, a: Any, b: Any) -> Any:
     if isinstance(a, (tuple, list)):
-        return type(a)(merge(p, x, y) for x, y in zip(a, b))
+        p = as_bool(p)
+        return type(a)([merge(p, x, y) for x, y in zip(a, b)])
     if isinstance(a, torch.Tensor):
         return torch.where(as_bool(p), a, b)
     return a
@@ -565,7 +582,7 @@ def maskable(iterable: Any, calls_items: bool, *modules: Any) -> bool:
 def _all_pure(modules: Any) -> bool:
     # a loop, not all(<generator>): where Dynamo skipped the caller, it would try (and fail) to trace a generator
     for m in modules:
-        if not pure_module(m):
+        if _KINDS.get(type(m)) != "pure" and not pure_module(m):  # the common case without a call to trace
             return False
     return True
 
