@@ -335,8 +335,13 @@ def mergeable(p: torch.Tensor, a: Any, b: Any, computed: bool = False) -> bool:
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         if type(a) is not type(b) or len(a) != len(b):
             return False
-        for x, y in zip(a, b):  # a loop, not all(<generator>): two fewer functions for Dynamo to trace each call
-            if not mergeable(p, x, y, computed):
+        for x, y in zip(a, b):  # a loop, not all(<generator>): each call Dynamo traces costs ~0.7 ms
+            if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):  # the tensor case below, inline
+                if not computed and torch.is_grad_enabled() and (x.requires_grad or y.requires_grad):
+                    return False
+                if not (x.shape == y.shape and x.dtype == y.dtype and x.device == y.device == p.device):
+                    return False
+            elif not mergeable(p, x, y, computed):
                 return False
         return True
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
@@ -367,8 +372,10 @@ def snap(v: Any) -> Any:
 
 def merge(p: torch.Tensor, a: Any, b: Any) -> Any:
     if isinstance(a, (tuple, list)):
-        p = as_bool(p)
-        return type(a)([merge(p, x, y) for x, y in zip(a, b)])
+        p, out = as_bool(p), []
+        for x, y in zip(a, b):  # not a comprehension: its own function for Dynamo to trace (Python 3.11)
+            out.append(torch.where(p, x, y) if isinstance(x, torch.Tensor) else merge(p, x, y))
+        return type(a)(out)
     if isinstance(a, torch.Tensor):
         return torch.where(as_bool(p), a, b)
     return a
@@ -572,7 +579,7 @@ def _no_own(obj: Any) -> bool:
 def maskable(iterable: Any, calls_items: bool, *modules: Any) -> bool:
     """Whether the loop may keep running after its break test was true (values frozen): every module its
     body calls is side-effect free, the items of ``iterable`` too when the body calls them."""
-    if not _all_pure(modules):
+    if modules and not _all_pure(modules):
         return False
     if not calls_items:
         return True
@@ -591,12 +598,16 @@ def until(
     note: int, masked_ok: bool, state: Any, old: tuple[Any, ...], new: tuple[Any, ...], test: Any
 ) -> tuple[Any, Any]:
     """One iteration of a masked loop: the carried values and the new state. State is None before the first
-    iteration, ``(stopped,)`` (a 0-d bool tensor) while masking, else the test itself (Python decides)."""
+    iteration, ``(stopped,)`` (a 0-d bool tensor) while masking, else the test itself (Python decides).
+
+    ``torch.where`` picks between the old and new values, both computed already: values needing
+    gradients too when Dynamo traces (see ``mergeable``); eagerly, Python decides then, as written."""
     if masked_ok and pred(test):
-        if state is None and _selectable(test, old, new):
+        compiling = torch.compiler.is_compiling()
+        if state is None and mergeable(test, old, new, compiling):
             fired(note)
             return new, (as_bool(test),)
-        if isinstance(state, tuple) and _selectable(state[0], old, new):
+        if isinstance(state, tuple) and mergeable(state[0], old, new, compiling):
             fired(note)
             return tuple(merge(state[0], old, new)), (state[0] | as_bool(test),)
     if isinstance(state, tuple) and state[0]:  # masking cannot go on: Python decides whether it had stopped
@@ -606,16 +617,11 @@ def until(
 
 def after_break(p: Any, at_break: tuple[Any, ...], at_end: tuple[Any, ...]) -> tuple[Any, ...]:
     """One iteration's carried values when the break test ``p`` sits mid-body: those at the test if it
-    held, those at the end of the body otherwise (both were computed: they have no side effects)."""
-    if pred(p) and _selectable(p, at_break, at_end):
+    held, those at the end of the body otherwise (both were computed: they have no side effects; the
+    choice as in ``until``)."""
+    if pred(p) and mergeable(p, at_break, at_end, torch.compiler.is_compiling()):
         return tuple(merge(p, at_break, at_end))
     return at_break if p else at_end
-
-
-def _selectable(p: Any, a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
-    """``torch.where`` can pick between ``a`` and ``b``, both computed already (values needing gradients
-    too, when Dynamo traces: see ``mergeable``; eagerly, Python decides then, as the user wrote it)."""
-    return mergeable(p, a, b, computed=torch.compiler.is_compiling())
 
 
 def stopped(state: Any) -> bool:
