@@ -447,6 +447,20 @@ def loopable(carried: tuple[Any, ...], read_after: tuple[bool, ...], n: Any = 0)
 
 
 _WHILE_LOOP = getattr(getattr(torch, "_higher_order_ops", None), "while_loop", None)
+try:  # the operator itself: torch.while_loop's wrapper flattens the carried values with pytree, which Dynamo
+    # traces line by line (~100 ms a loop); ours are a flat tuple of tensors already, so the wrapper's
+    # flattened functions are these functions, and Dynamo takes the operator's call as the wrapper makes it
+    _WHILE_LOOP_OP: Any = torch.ops.higher_order.while_loop
+except (AttributeError, RuntimeError):
+    _WHILE_LOOP_OP = None
+
+
+def _while(cond_fn: Callable[..., Any], body_fn: Callable[..., Any], carried: tuple[torch.Tensor, ...]) -> Any:
+    """``torch.while_loop(cond_fn, body_fn, carried)`` as Dynamo traces it, ``carried`` a tuple of tensors."""
+    if _WHILE_LOOP_OP is not None:
+        return _WHILE_LOOP_OP(cond_fn, body_fn, carried, ())
+    assert _WHILE_LOOP is not None  # loopable() said so
+    return _WHILE_LOOP(cond_fn, body_fn, carried)
 
 
 def loop(
@@ -455,9 +469,10 @@ def loop(
     """A ``while`` on a tensor test as ``torch.while_loop`` (where :func:`loopable` said so)."""
     comptime(lambda ctx: _count_cond())
     fired(note)
-    assert _WHILE_LOOP is not None  # loopable() said so
-    lifted = tuple(torch.tensor(c, dtype=torch.int64) if type(c) is int else c for c in carried)
-    return tuple(_WHILE_LOOP(lambda *c: as_bool(test_fn(*c)), lambda *c: fresh(body_fn(*c)), lifted))
+    lifted = []
+    for c in carried:  # loops here, not generators: each is one more function for Dynamo to trace
+        lifted.append(torch.tensor(c, dtype=torch.int64) if type(c) is int else c)
+    return tuple(_while(lambda *c: as_bool(test_fn(*c)), lambda *c: fresh(body_fn(*c)), tuple(lifted)))
 
 
 def repeat(note: int, n: int, body_fn: Callable[..., tuple[Any, ...]], carried: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -465,16 +480,18 @@ def repeat(note: int, n: int, body_fn: Callable[..., tuple[Any, ...]], carried: 
     :func:`loopable` said so)."""
     comptime(lambda ctx: _count_cond())
     fired(note)
-    assert _WHILE_LOOP is not None  # loopable() said so
     stop = torch.scalar_tensor(n, dtype=torch.int64)
     start = torch.zeros((), dtype=torch.int64)
-    out = _WHILE_LOOP(lambda i, *c: i < stop, lambda i, *c: (i + 1, *fresh(body_fn(*c))), (start, *carried))
+    out = _while(lambda i, *c: i < stop, lambda i, *c: (i + 1, *fresh(body_fn(*c))), (start, *carried))
     return tuple(out[1:])
 
 
 def fresh(outs: tuple[Any, ...]) -> tuple[Any, ...]:
     """Copies of a branch's outputs: torch.cond refuses a branch output that aliases its input."""
-    return tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in outs)
+    copies = []
+    for o in outs:
+        copies.append(o.clone() if isinstance(o, torch.Tensor) else o)
+    return tuple(copies)
 
 
 # --- tensor tests inside expressions (``expressions``, ``analysis.exact_items``) ----------------------
