@@ -17,6 +17,7 @@ nothing of placement or backends: it hands each normalized graph to ``place`` an
 
 from __future__ import annotations
 
+import contextvars
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -196,6 +197,47 @@ def _without_autograd(runner: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+_NO_GUARD_PROFILE: contextvars.ContextVar[bool] = contextvars.ContextVar("torchmux_no_guard_profile", default=False)
+
+
+def _guard_latency(real: Callable[..., float]) -> Callable[..., float]:
+    def profile_guard_manager(*args: Any) -> float:
+        return 0.0 if _NO_GUARD_PROFILE.get() else real(*args)
+
+    profile_guard_manager._torchmux_real = real  # type: ignore[attr-defined]  # marks it installed
+    return profile_guard_manager
+
+
+class no_guard_profile:
+    """While Dynamo traces in this context, it does not time its new guards.
+
+    After building a frame's guards Dynamo runs them once to time them (``profile_guard_manager``,
+    torch 2.x): it first flushes the CPU cache, which costs ~20-30 ms on every compiled frame, a third
+    of the capture of a small program, for a figure it only writes to its debug log and its compile
+    metrics (``guard_latency_us``). Here that figure is 0; the guards themselves, their checks and what
+    they decide are unchanged. The hook is installed once, on first use, and reads a context variable,
+    so other threads and code outside this context keep Dynamo's timing; a torch without the function
+    is left alone.
+    """
+
+    __slots__ = ("_token",)
+
+    installed = False
+
+    def __enter__(self) -> None:
+        if not no_guard_profile.installed:
+            no_guard_profile.installed = True
+            import torch._dynamo.guards as guards
+
+            real = getattr(guards, "profile_guard_manager", None)
+            if real is not None and not hasattr(real, "_torchmux_real"):
+                guards.profile_guard_manager = _guard_latency(real)
+        self._token = _NO_GUARD_PROFILE.set(True)
+
+    def __exit__(self, *exc: Any) -> None:
+        _NO_GUARD_PROFILE.reset(self._token)
+
+
 class TraceOptions:
     """Dynamo options torchmux sets while Dynamo traces one of its programs, and ``extra()``'s (the mend
     pass's switches) inside them; restored after.
@@ -203,19 +245,21 @@ class TraceOptions:
     ``record_runtime_overhead`` off: with it on (torch's default) Dynamo's bytecode brackets every call
     of a graph with two ``torch._dynamo.disable``-wrapped calls that open a profiler range ("Pregraph
     bytecode") only while torch.profiler runs; ~6 us a call of a compiled program, every call. Off,
-    a profile of torchmux's programs lacks that range; nothing else changes.
+    a profile of torchmux's programs lacks that range; nothing else changes. And :class:`no_guard_profile`.
     """
 
-    __slots__ = ("_extra", "_saved")
+    __slots__ = ("_extra", "_no_profile", "_saved")
 
     def __init__(self, extra: Callable[[], Any] | None = None) -> None:
         self._extra = extra() if extra is not None else None
+        self._no_profile = no_guard_profile()
 
     def __enter__(self) -> None:
         cfg = torch._dynamo.config
         self._saved = getattr(cfg, "record_runtime_overhead", None)  # None: a torch without the option
         if self._saved is not None:
             cfg.record_runtime_overhead = False
+        self._no_profile.__enter__()
         if self._extra is not None:
             try:
                 self._extra.__enter__()
@@ -230,6 +274,7 @@ class TraceOptions:
             if extra is not None:
                 extra.__exit__(*exc)
         finally:
+            self._no_profile.__exit__(*exc)
             if self._saved is not None:
                 torch._dynamo.config.record_runtime_overhead = self._saved
 

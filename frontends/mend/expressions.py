@@ -1,4 +1,4 @@
-"""``a if <tensor test> else b`` (also inside comprehensions) -> ``torch.where`` / ``torch.cond``.
+"""``a if <tensor test> else b`` (also inside comprehensions) -> ``torch.where``.
 
 Runs over the whole function before the statement rules: in the value of every assignment and
 ``return``, a conditional expression whose test may be a tensor and whose two sides are side-effect

@@ -8,7 +8,8 @@
   also ``for _ in range(n)``, and statements after the break test, whose values count only when the
   test did not hold: ``runtime.after_break``) keeps iterating with the values frozen once the test was true (``runtime.until``: a running "stopped"
   flag and ``torch.where``), so the whole loop is one graph; it needs every layer to be a side-effect
-  free module (checked at run time, ``runtime.maskable``) and values that merge (no gradients).
+  free module (checked at run time, ``runtime.maskable``) and values that merge (same shape, dtype and
+  device; values needing gradients too: the old and new values are both computed, see ``runtime.mergeable``).
 
 The body must only assign side-effect-free values to names bound before the loop (ifs inside are
 lowered as in :mod:`.branches`). At run time the loop is ``torch.while_loop`` when every carried value

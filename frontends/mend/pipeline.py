@@ -13,7 +13,7 @@ Pipeline (``mend(model)``, run by ``torchmux.compile`` and ``torchmux.explain`` 
 
    - :mod:`.attrs`: ``cfg.scale`` on a dict with ``__getattr__ = dict.__getitem__`` -> ``cfg["scale"]``;
    - :mod:`.legacy`: ``Variable(t)`` -> ``t.detach()``;
-   - :mod:`.expressions`: ``a if <tensor> else b`` -> ``torch.where`` / ``torch.cond``;
+   - :mod:`.expressions`: ``a if <tensor> else b`` -> ``torch.where``;
    - :mod:`.effects`: ``print`` / ``warnings.warn`` / logging statements are replayed after the graph
      with the user's text, file and line;
    - :mod:`.items`: ``m = t.item()`` / ``.tolist()`` where ``m`` is only logged keeps ``m`` a tensor;

@@ -264,6 +264,12 @@ _PURE_IN_EVAL = (
 )
 
 
+#: the rule for each kind above, in one dict: looking a type up in a dict costs Dynamo one lookup where
+#: ``type(m) in <tuple>`` builds (and guards) a variable for every type it compares with, ~2 ms a call
+_KINDS: dict[type, str] = {**dict.fromkeys(_PURE_MODULES, "pure"), **dict.fromkeys(_PURE_IN_EVAL, "eval")}
+_KINDS[nn.Sequential] = "sequential"
+
+
 #: user module classes whose ``forward`` the mend pass read as side-effect free (``analysis.pure_forward``):
 #: class -> (that forward, the ``self.<name>`` modules it calls)
 PURE_FORWARDS: dict[type, tuple[Any, tuple[str, ...]]] = {}
@@ -274,10 +280,13 @@ def pure_module(m: Any) -> bool:
     of such, or a user module whose forward only computes values from pure modules (no hooks, no forward
     set on the instance)."""
     kind = type(m)
-    if kind in _PURE_MODULES:
+    rule = _KINDS.get(kind)
+    if rule == "pure":
         return True
-    if kind is nn.Sequential:
+    if rule == "sequential":
         return _all_pure(m)
+    if rule == "eval":
+        return not m.training
     if kind in PURE_FORWARDS:
         forward, calls = PURE_FORWARDS[kind]
         if kind.forward is not forward or m._forward_hooks or m._forward_pre_hooks or "forward" in m.__dict__:
@@ -286,7 +295,7 @@ def pure_module(m: Any) -> bool:
             if not pure_module(getattr(m, name)):
                 return False
         return True
-    return kind in _PURE_IN_EVAL and not m.training
+    return False
 
 
 def data_test(p: Any) -> Any:
@@ -305,20 +314,38 @@ def pred(p: Any) -> bool:
 
 
 def as_bool(p: torch.Tensor) -> torch.Tensor:
+    """``p`` (one element) as a 0-d bool tensor; ``p`` itself when it is one already (a masked loop's
+    state): no more nodes in the graph, nor work for Dynamo."""
+    if p.dtype == torch.bool and p.dim() == 0:
+        return p
     return p.reshape(()).bool()
 
 
-def mergeable(p: torch.Tensor, a: Any, b: Any) -> bool:
+def mergeable(p: torch.Tensor, a: Any, b: Any, computed: bool = False) -> bool:
     """True if ``torch.where`` gives exactly what the chosen branch gives, values and gradients.
 
     Tensors must agree in shape, dtype and device (no broadcasting, no promotion). Under autograd the
     branch not taken would receive zero gradients, which can turn into NaN through a singular
-    derivative, so a tensor that needs gradients is not merged (torch.cond is used instead).
+    derivative, so a tensor that needs gradients is not merged (torch.cond is used instead), unless
+    ``computed``: both values were computed before the choice (a masked loop's old and new values, both
+    sides of a conditional expression). Then torch.cond could only pick between them too, and its
+    backward gives the operands its branch did not use zero gradients, as ``torch.where``'s does: the
+    same values and gradients, without tracing two subgraphs per choice.
     """
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        return type(a) is type(b) and len(a) == len(b) and all(mergeable(p, x, y) for x, y in zip(a, b))
+        if type(a) is not type(b) or len(a) != len(b):
+            return False
+        for x, y in zip(a, b):  # a loop, not all(<generator>): each call Dynamo traces costs ~0.7 ms
+            if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):  # the tensor case below, inline
+                if not computed and torch.is_grad_enabled() and (x.requires_grad or y.requires_grad):
+                    return False
+                if not (x.shape == y.shape and x.dtype == y.dtype and x.device == y.device == p.device):
+                    return False
+            elif not mergeable(p, x, y, computed):
+                return False
+        return True
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+        if not computed and torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
             return False
         return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device and p.device == a.device
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
@@ -345,7 +372,10 @@ def snap(v: Any) -> Any:
 
 def merge(p: torch.Tensor, a: Any, b: Any) -> Any:
     if isinstance(a, (tuple, list)):
-        return type(a)(merge(p, x, y) for x, y in zip(a, b))
+        p, out = as_bool(p), []
+        for x, y in zip(a, b):  # not a comprehension: its own function for Dynamo to trace (Python 3.11)
+            out.append(torch.where(p, x, y) if isinstance(x, torch.Tensor) else merge(p, x, y))
+        return type(a)(out)
     if isinstance(a, torch.Tensor):
         return torch.where(as_bool(p), a, b)
     return a
@@ -417,6 +447,20 @@ def loopable(carried: tuple[Any, ...], read_after: tuple[bool, ...], n: Any = 0)
 
 
 _WHILE_LOOP = getattr(getattr(torch, "_higher_order_ops", None), "while_loop", None)
+try:  # the operator itself: torch.while_loop's wrapper flattens the carried values with pytree, which Dynamo
+    # traces line by line (~100 ms a loop); ours are a flat tuple of tensors already, so the wrapper's
+    # flattened functions are these functions, and Dynamo takes the operator's call as the wrapper makes it
+    _WHILE_LOOP_OP: Any = torch.ops.higher_order.while_loop
+except (AttributeError, RuntimeError):
+    _WHILE_LOOP_OP = None
+
+
+def _while(cond_fn: Callable[..., Any], body_fn: Callable[..., Any], carried: tuple[torch.Tensor, ...]) -> Any:
+    """``torch.while_loop(cond_fn, body_fn, carried)`` as Dynamo traces it, ``carried`` a tuple of tensors."""
+    if _WHILE_LOOP_OP is not None:
+        return _WHILE_LOOP_OP(cond_fn, body_fn, carried, ())
+    assert _WHILE_LOOP is not None  # loopable() said so
+    return _WHILE_LOOP(cond_fn, body_fn, carried)
 
 
 def loop(
@@ -425,9 +469,10 @@ def loop(
     """A ``while`` on a tensor test as ``torch.while_loop`` (where :func:`loopable` said so)."""
     comptime(lambda ctx: _count_cond())
     fired(note)
-    assert _WHILE_LOOP is not None  # loopable() said so
-    lifted = tuple(torch.tensor(c, dtype=torch.int64) if type(c) is int else c for c in carried)
-    return tuple(_WHILE_LOOP(lambda *c: as_bool(test_fn(*c)), lambda *c: fresh(body_fn(*c)), lifted))
+    lifted = []
+    for c in carried:  # loops here, not generators: each is one more function for Dynamo to trace
+        lifted.append(torch.tensor(c, dtype=torch.int64) if type(c) is int else c)
+    return tuple(_while(lambda *c: as_bool(test_fn(*c)), lambda *c: fresh(body_fn(*c)), tuple(lifted)))
 
 
 def repeat(note: int, n: int, body_fn: Callable[..., tuple[Any, ...]], carried: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -435,16 +480,18 @@ def repeat(note: int, n: int, body_fn: Callable[..., tuple[Any, ...]], carried: 
     :func:`loopable` said so)."""
     comptime(lambda ctx: _count_cond())
     fired(note)
-    assert _WHILE_LOOP is not None  # loopable() said so
     stop = torch.scalar_tensor(n, dtype=torch.int64)
     start = torch.zeros((), dtype=torch.int64)
-    out = _WHILE_LOOP(lambda i, *c: i < stop, lambda i, *c: (i + 1, *fresh(body_fn(*c))), (start, *carried))
+    out = _while(lambda i, *c: i < stop, lambda i, *c: (i + 1, *fresh(body_fn(*c))), (start, *carried))
     return tuple(out[1:])
 
 
 def fresh(outs: tuple[Any, ...]) -> tuple[Any, ...]:
     """Copies of a branch's outputs: torch.cond refuses a branch output that aliases its input."""
-    return tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in outs)
+    copies = []
+    for o in outs:
+        copies.append(o.clone() if isinstance(o, torch.Tensor) else o)
+    return tuple(copies)
 
 
 # --- tensor tests inside expressions (``expressions``, ``analysis.exact_items``) ----------------------
@@ -493,17 +540,15 @@ def any_(*operands: Callable[[], Any]) -> Any:
 
 
 def choose(note: int, p: Any, a: Callable[[], Any], b: Callable[[], Any]) -> Any:
-    """``a if p else b`` with ``p`` a tensor test: both sides run and ``torch.where`` picks (they merge),
-    or ``torch.cond`` (they need gradients); otherwise Python's conditional expression."""
+    """``a if p else b`` with ``p`` a tensor test: both sides run and ``torch.where`` picks (they merge;
+    when Dynamo traces, values needing gradients too: see ``mergeable``); otherwise Python's conditional
+    expression."""
     if not pred(p):
         return a() if p else b()
     x, y = a(), b()
-    if mergeable(p, x, y):
+    if mergeable(p, x, y, computed=torch.compiler.is_compiling()):
         fired(note)
         return merge(p, x, y)
-    if COND and torch.compiler.is_compiling() and cond_ok(p, (x,), (y,)):
-        fired(note)
-        return cond(p, lambda: (x,), lambda: (y,))[0]
     return x if p else y
 
 
@@ -551,7 +596,7 @@ def _no_own(obj: Any) -> bool:
 def maskable(iterable: Any, calls_items: bool, *modules: Any) -> bool:
     """Whether the loop may keep running after its break test was true (values frozen): every module its
     body calls is side-effect free, the items of ``iterable`` too when the body calls them."""
-    if not _all_pure(modules):
+    if modules and not _all_pure(modules):
         return False
     if not calls_items:
         return True
@@ -561,7 +606,7 @@ def maskable(iterable: Any, calls_items: bool, *modules: Any) -> bool:
 def _all_pure(modules: Any) -> bool:
     # a loop, not all(<generator>): where Dynamo skipped the caller, it would try (and fail) to trace a generator
     for m in modules:
-        if not pure_module(m):
+        if _KINDS.get(type(m)) != "pure" and not pure_module(m):  # the common case without a call to trace
             return False
     return True
 
@@ -570,17 +615,18 @@ def until(
     note: int, masked_ok: bool, state: Any, old: tuple[Any, ...], new: tuple[Any, ...], test: Any
 ) -> tuple[Any, Any]:
     """One iteration of a masked loop: the carried values and the new state. State is None before the first
-    iteration, ``(stopped,)`` (a 0-d bool tensor) while masking, else the test itself (Python decides)."""
+    iteration, ``(stopped,)`` (a 0-d bool tensor) while masking, else the test itself (Python decides).
+
+    ``torch.where`` picks between the old and new values, both computed already: values needing
+    gradients too when Dynamo traces (see ``mergeable``); eagerly, Python decides then, as written."""
     if masked_ok and pred(test):
-        if state is None and _selectable(test, old, new):
+        compiling = torch.compiler.is_compiling()
+        if state is None and mergeable(test, old, new, compiling):
             fired(note)
             return new, (as_bool(test),)
-        if isinstance(state, tuple) and _selectable(state[0], old, new):
+        if isinstance(state, tuple) and mergeable(state[0], old, new, compiling):
             fired(note)
-            kept = (
-                merge(state[0], old, new) if mergeable(state[0], old, new) else cond(state[0], lambda: old, lambda: new)
-            )
-            return tuple(kept), (state[0] | as_bool(test),)
+            return tuple(merge(state[0], old, new)), (state[0] | as_bool(test),)
     if isinstance(state, tuple) and state[0]:  # masking cannot go on: Python decides whether it had stopped
         return old, True
     return new, test
@@ -588,17 +634,11 @@ def until(
 
 def after_break(p: Any, at_break: tuple[Any, ...], at_end: tuple[Any, ...]) -> tuple[Any, ...]:
     """One iteration's carried values when the break test ``p`` sits mid-body: those at the test if it
-    held, those at the end of the body otherwise (both were computed: they have no side effects)."""
-    if pred(p) and _selectable(p, at_break, at_end):
-        if mergeable(p, at_break, at_end):
-            return tuple(merge(p, at_break, at_end))
-        return tuple(cond(p, lambda: at_break, lambda: at_end))
+    held, those at the end of the body otherwise (both were computed: they have no side effects; the
+    choice as in ``until``)."""
+    if pred(p) and mergeable(p, at_break, at_end, torch.compiler.is_compiling()):
+        return tuple(merge(p, at_break, at_end))
     return at_break if p else at_end
-
-
-def _selectable(p: Any, a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
-    """``torch.where`` can pick between ``a`` and ``b``, or ``torch.cond`` can (values needing gradients)."""
-    return mergeable(p, a, b) or (COND and torch.compiler.is_compiling() and cond_ok(p, a, b))
 
 
 def stopped(state: Any) -> bool:

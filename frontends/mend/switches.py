@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from ..dynamo import no_guard_profile
 from . import runtime as rt
 
 
@@ -79,13 +80,14 @@ def tracing() -> switches:
 
 
 def scoped(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` run under :func:`switches`, with the retry for ``torch.cond`` (:func:`cond_refused`).
-    A compiled ``nn.Module`` whose Dynamo callback ``while_tracing`` wrapped needs neither wrapper:
-    the API's entry (``api/compile.py``) retries for it."""
+    """``fn`` run under :func:`switches` (and ``frontends.dynamo.no_guard_profile``, as ``while_tracing``
+    sets it), with the retry for ``torch.cond`` (:func:`cond_refused`). A compiled ``nn.Module`` whose
+    Dynamo callback ``while_tracing`` wrapped needs neither wrapper: the API's entry
+    (``api/compile.py``) retries for it."""
 
     @functools.wraps(fn)
     def run_switched(*args: Any, **kwargs: Any) -> Any:
-        with switches():
+        with switches(), no_guard_profile():
             traces = rt.COND_TRACES
             try:
                 return fn(*args, **kwargs)

@@ -292,3 +292,42 @@ def test_an_inference_graph_skips_aotautograds_wrapper_only_where_it_has_nothing
     assert not any(t.requires_grad for t in flat)
     if name.startswith("returns an input's view"):
         assert out[0]._base is x  # a view of the user's tensor, as eager returns
+
+
+def _sine_sum(x):
+    return torch.sin(x).sum(0)
+
+
+def _cosine_sum(x):  # its own code object: its own Dynamo cache
+    return torch.cos(x).sum(0)
+
+
+@pytest.mark.parametrize("mend", [True, False])
+def test_torchmux_traces_skip_dynamos_guard_timing_and_keep_its_guards(monkeypatch, mend):
+    """Dynamo times each frame's new guards (a CPU cache flush, ~20-30 ms a frame, for a debug figure);
+    torchmux's traces skip that (modules; functions when mended, the only ones torchmux wraps). The
+    guards still decide: a new shape recompiles. torch.compile outside torchmux keeps Dynamo's timing."""
+    import torch._dynamo.guards as guards
+
+    from torchmux.frontends.dynamo import _guard_latency, no_guard_profile
+
+    with no_guard_profile():
+        pass  # installs the hook
+    real, timed = guards.profile_guard_manager._torchmux_real, []
+
+    def spy(*args):
+        timed.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(guards, "profile_guard_manager", _guard_latency(spy))
+    torch._dynamo.reset()
+    model = _Probed()
+    for program in (_sine_sum, model) if mend else (model,):
+        fast = torchmux.compile(program, backend="eager", options={"mend": mend})
+        with torch.no_grad():
+            for shape in ((2, 4), (2, 4), (3, 4)):
+                x = torch.randn(shape)
+                torch.testing.assert_close(fast(x), program(x))
+    assert timed == []
+    torch.testing.assert_close(torch.compile(_cosine_sum, backend="eager")(x), _cosine_sum(x))
+    assert timed == [1]

@@ -840,6 +840,29 @@ def test_for_over_layers_with_a_tensor_break_is_one_graph_with_eagers_values_and
             torch.testing.assert_close(a, b if b is not None else torch.zeros_like(w))
 
 
+def test_selecting_values_already_computed_takes_no_torch_cond_and_keeps_gradients() -> None:
+    # the masked loop's kept values and a conditional expression pick between tensors computed before the
+    # choice: torch.where, which gives what torch.cond's backward gives (zeros to the side not taken)
+    def pick(x, w):
+        y = x * w
+        return y.exp() if y.sum() > 0 else y.tanh()
+
+    torch.manual_seed(0)
+    model, x = StopEarly(), torch.randn(2, 8)
+    for program, args in ((model, (x, torch.tensor(20.0))), (pick, (x, torch.randn(8, requires_grad=True)))):
+        report = explain(program, *args)
+        assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
+        assert not any("cond" in op for g in report.graphs for op in g.torch_ops), report.graphs[0].torch_ops
+    w = torch.randn(8, requires_grad=True)
+    for sign in (1.0, -1.0):  # each side of the choice
+        want = pick(sign * x, w)
+        (g_want,) = torch.autograd.grad(want.sum(), w)
+        got = compiled(pick)(sign * x, w)
+        (g_got,) = torch.autograd.grad(got.sum(), w)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(g_got, g_want)
+
+
 def test_for_with_a_break_over_impure_layers_is_left_to_python() -> None:
     model = StopEarly().train()
     model.layers[1].append(nn.Dropout(0.5))  # would draw numbers after the loop stopped
