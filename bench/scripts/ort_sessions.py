@@ -7,14 +7,15 @@ setting (a global pool and libgomp's spin count are fixed per process), the sett
 
 - ``spinning``: ONNX Runtime's default: each session's intra-op pool spins after a run, waiting for the next;
 - ``no spinning``: ``session.intra_op.allow_spinning=0``: workers sleep between parallel sections,
-  even inside a run (torchmux before this script's second version);
+  even inside a run;
 - ``spin in run``: spinning on, ``session.force_spinning_stop=1``: workers spin between the parallel
-  sections of a run and stop when it returns (torchmux now);
+  sections of a run and stop when it returns (torchmux's option ``allow_spinning``);
 - ``global pool``: one process-wide pool for every session (``use_per_session_threads=False`` +
   ``set_global_thread_pool_sizes``); from Python its spinning cannot be turned off (the session's
   entries do not reach it, ``force_spinning_stop`` applies to per-session pools only);
-- ``spin in run, env allocator``: as ``spin in run``, every session on one process-wide CPU arena
-  (``create_and_register_allocator`` + ``session.use_env_allocators=1``).
+- ``torchmux``: what backends/onnxruntime/session.py sets: no spinning, ``force_spinning_stop``, and
+  every session on one process-wide CPU arena (``create_and_register_allocator`` +
+  ``session.use_env_allocators=1``).
 
 Columns: A alone; A with a second session B alive and idle; A and B called alternately (a model with
 a graph break, or two input shapes, lives like that: a session per graph and per shape); A right after
@@ -36,7 +37,7 @@ import sys
 import tempfile
 import time
 
-SETTINGS = ("spinning", "no spinning", "spin in run", "global pool", "spin in run, env allocator")
+SETTINGS = ("spinning", "no spinning", "spin in run", "global pool", "torchmux")
 
 
 def _child(setting: str, model_path: str, threads: int, calls: int, rounds: int) -> dict[str, float]:
@@ -50,7 +51,7 @@ def _child(setting: str, model_path: str, threads: int, calls: int, rounds: int)
         from onnxruntime.capi import _pybind_state as C
 
         C.set_global_thread_pool_sizes(threads, 1)
-    if "env allocator" in setting:
+    if setting == "torchmux":
         info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
         ort.create_and_register_allocator(info, None)
 
@@ -62,10 +63,11 @@ def _child(setting: str, model_path: str, threads: int, calls: int, rounds: int)
             so.use_per_session_threads = False
         else:
             so.intra_op_num_threads = threads
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0" if setting == "no spinning" else "1")
-        if setting.startswith("spin in run"):
+        spin = setting in ("spinning", "spin in run", "global pool")
+        so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+        if setting in ("spin in run", "torchmux"):
             so.add_session_config_entry("session.force_spinning_stop", "1")
-        if "env allocator" in setting:
+        if setting == "torchmux":
             so.add_session_config_entry("session.use_env_allocators", "1")
         return ort.InferenceSession(model_path, sess_options=so, providers=["CPUExecutionProvider"])
 
@@ -96,6 +98,7 @@ def _child(setting: str, model_path: str, threads: int, calls: int, rounds: int)
         return spent / calls
 
     def idle_cpu() -> float:
+        time.sleep(0.03)  # torch's OpenMP workers, spinning after the last torch op, go to sleep first
         a.run(None, feeds)
         c0 = time.process_time()
         time.sleep(0.02)
