@@ -190,7 +190,7 @@ def _shared_session(
 
     The file's path is its content's key (``_cache_dir``), so one path with the same options is one
     program; ``InferenceSession.run`` is safe to call from several threads."""
-    entries = {k: so.get_session_config_entry(k) for k in (SPINNING, SPINNING_STOP, ENV_ALLOCATORS)}
+    entries = {k: _entry(so, k) for k in (SPINNING, SPINNING_STOP, ENV_ALLOCATORS)}
     key = json.dumps(
         [str(model), int(so.graph_optimization_level), so.intra_op_num_threads, entries, providers],
         sort_keys=True,
@@ -198,10 +198,18 @@ def _shared_session(
     )
     with _SHARING:
         session = _SESSIONS.get(key)
-        if session is None:
-            session = ort.InferenceSession(str(model), sess_options=so, providers=providers)
-            _SESSIONS[key] = session
-        return session
+    if session is None:  # made outside the lock: loading a large model takes seconds
+        made = ort.InferenceSession(str(model), sess_options=so, providers=providers)
+        with _SHARING:  # another thread may have made one meanwhile: one session is kept, the other dropped
+            session = _SESSIONS.setdefault(key, made)
+    return session
+
+
+def _entry(so: ort.SessionOptions, key: str) -> str | None:
+    try:
+        return so.get_session_config_entry(key)
+    except RuntimeError:  # not set
+        return None
 
 
 def _optimized_model(folder: Path, providers: list[tuple[str, dict[str, Any]]]) -> Path:
