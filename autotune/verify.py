@@ -35,10 +35,11 @@ deadline (tuner.py ``within_deadline``, isolate.py); a later check runs inside t
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -161,7 +162,8 @@ def check_call(
     before = clone_inputs(mine, kinds)
     ref_args = clone_inputs(args, kinds)
     if reference is None:
-        result = ir.gm(*ref_args)  # the reference's ops, at the speed of fx's generated code
+        with one_torch_thread():
+            result = ir.gm(*ref_args)  # the reference's ops, at the speed of fx's generated code
         reference = list(result) if isinstance(result, (tuple, list)) else [result]
     ref = list(reference)
     out = list(fn(*mine))
@@ -183,6 +185,26 @@ def check_call(
         if shared or any(isinstance(o, torch.Tensor) and not _same(o, k) for o, k in zip(out, kept)):
             return None, "overwrites the outputs it returned earlier with a later call's (reused output buffers)"
     return out, None
+
+
+@contextlib.contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """Run torch's CPU ops on the calling thread alone, for a check inside the user's call.
+
+    With two or more threads, torch's OpenMP regions wait at a barrier for every thread, and its idle
+    workers spin for milliseconds after each: on a busy machine a check of the zoo's ViT at 2 threads
+    took 40-100 ms against ~3 ms for the call it checks (its ONNX Runtime session, whose pool does not
+    wait that way), and the spinning workers took the cores from the calls after it. One thread
+    costs at most the parallel speed-up on a rare call (verify's schedule) and leaves nothing spinning."""
+    threads = torch.get_num_threads()
+    if threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:

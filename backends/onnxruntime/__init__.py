@@ -36,8 +36,8 @@ OPTIONS: dict[str, extend.Option] = {
     "allow_spinning": extend.Option(
         bool,
         False,
-        "let idle session threads spin for the next run (off: they would take the cores from "
-        "the torch ops that run between ONNX Runtime regions)",
+        "let a session's threads spin between the parallel sections of a run (they stop when it returns "
+        "either way; off: a sleeping thread is woken for each section, which costs less on a busy machine)",
     ),
 }
 

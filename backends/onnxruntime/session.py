@@ -9,8 +9,10 @@ The pipeline, one step per function:
 3. ``export.export_onnx`` (cache miss only): the ONNX model (export.py).
 4. ``_optimized_model`` (cache miss only): ONNX Runtime's extended graph optimizations, saved to disk
    (``SessionOptions.optimized_model_filepath``). Hardware-specific layout passes run at load time.
-5. :class:`OrtGraph`: the session over the optimized model; each call binds the torch tensors'
-   memory as inputs and fresh torch tensors as outputs (IOBinding), so no NumPy array is made.
+5. :class:`OrtGraph`: the session over the optimized model (one per model file and settings in the
+   process, its threads idle between runs, its memory from one process-wide arena: see step 4); each
+   call binds the torch tensors' memory as inputs and fresh torch tensors as outputs (IOBinding), so
+   no NumPy array is made.
 
 Cache layout: ``<TORCHMUX_CACHE_DIR>/onnxruntime/<key>/model.onnx`` (the export) and
 ``model.opt.onnx`` (after ONNX Runtime's optimizations). Files are written to a temporary name and
@@ -27,6 +29,7 @@ import math
 import os
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -131,6 +134,18 @@ def _cache_dir(ir: GraphIR, providers: list[tuple[str, dict[str, Any]]]) -> Path
 
 
 # --------------------------------------------------------------------------------------------- 4
+# Threads and memory in a process that runs torch too (``python -m torchmux.bench.scripts.ort_sessions``
+# measures each setting side by side). Every session gets its own intra-op pool of torch's thread count
+# whose workers never spin while idle: ONNX Runtime's default pool keeps spinning after a run (on 2
+# cores, ~25 ms of CPU in the 50 ms after it), which takes the cores from torch's ops between regions
+# and from the other sessions of the process (torchmux opens one per graph and per input shape).
+# ``allow_spinning`` (an option) lets workers spin between the parallel sections of one run;
+# ``force_spinning_stop`` stops them when the run returns. ONNX Runtime's global pool is no better
+# here: from Python its spinning cannot be turned off (``set_global_thread_pool_sizes`` takes sizes
+# only, and ``force_spinning_stop`` applies to per-session pools), and its size is fixed for the process.
+# What sessions do share: one CPU arena for the process (``_env_arena``), and one session per model
+# file and settings (``_shared_session``): a graph compiled twice (a named backend and auto in one
+# process, a graph captured again) runs on one session, one pool, one copy of the packed weights.
 def _session_options(level: ort.GraphOptimizationLevel, options: Any) -> ort.SessionOptions:
     so = ort.SessionOptions()
     so.log_severity_level = 3  # errors only: shape-merge notes on empty tensors are not the user's business
@@ -138,8 +153,63 @@ def _session_options(level: ort.GraphOptimizationLevel, options: Any) -> ort.Ses
     # torch's thread count unless told otherwise: a program that calls torch.set_num_threads(1) means
     # one thread, and auto compares backends on the same number of cores
     so.intra_op_num_threads = int(options.get("intra_op_num_threads") or torch.get_num_threads())
-    so.add_session_config_entry("session.intra_op.allow_spinning", "1" if options.get("allow_spinning") else "0")
+    so.add_session_config_entry(SPINNING, "1" if options.get("allow_spinning") else "0")
+    so.add_session_config_entry(SPINNING_STOP, "1")  # a finished run leaves no thread spinning
+    if _env_arena():
+        so.add_session_config_entry(ENV_ALLOCATORS, "1")
     return so
+
+
+SPINNING, SPINNING_STOP = "session.intra_op.allow_spinning", "session.force_spinning_stop"
+ENV_ALLOCATORS = "session.use_env_allocators"
+_SHARING = threading.Lock()
+_ARENA: list[bool] = []  # [whether the process-wide CPU arena is registered], once decided
+_SESSIONS: weakref.WeakValueDictionary[str, ort.InferenceSession] = weakref.WeakValueDictionary()
+
+
+def _env_arena() -> bool:
+    """Register one CPU arena allocator in ONNX Runtime's environment, once per process; whether sessions
+    can use it (``session.use_env_allocators``). Separate arenas each keep their high-water mark: 6
+    sessions of the zoo's BERT took 41 MB with their own, 32 MB with the shared one."""
+    with _SHARING:
+        if not _ARENA:
+            try:
+                info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+                ort.create_and_register_allocator(info, None)
+                _ARENA.append(True)
+            except Exception as e:  # noqa: BLE001 -- one registered by the program itself is as good; else own arenas
+                _ARENA.append("already" in str(e).lower())
+                _log.debug("onnxruntime: no process-wide CPU arena (%s)", e)
+        return _ARENA[0]
+
+
+def _shared_session(
+    model: Path, so: ort.SessionOptions, providers: list[tuple[str, dict[str, Any]]]
+) -> ort.InferenceSession:
+    """The live session of this model file with these settings, else a new one (kept while a graph holds it).
+
+    The file's path is its content's key (``_cache_dir``), so one path with the same options is one
+    program; ``InferenceSession.run`` is safe to call from several threads."""
+    entries = {k: _entry(so, k) for k in (SPINNING, SPINNING_STOP, ENV_ALLOCATORS)}
+    key = json.dumps(
+        [str(model), int(so.graph_optimization_level), so.intra_op_num_threads, entries, providers],
+        sort_keys=True,
+        default=str,
+    )
+    with _SHARING:
+        session = _SESSIONS.get(key)
+    if session is None:  # made outside the lock: loading a large model takes seconds
+        made = ort.InferenceSession(str(model), sess_options=so, providers=providers)
+        with _SHARING:  # another thread may have made one meanwhile: one session is kept, the other dropped
+            session = _SESSIONS.setdefault(key, made)
+    return session
+
+
+def _entry(so: ort.SessionOptions, key: str) -> str | None:
+    try:
+        return so.get_session_config_entry(key)
+    except RuntimeError:  # not set
+        return None
 
 
 def _optimized_model(folder: Path, providers: list[tuple[str, dict[str, Any]]]) -> Path:
@@ -468,6 +538,6 @@ def _open(
     if not have_optimized and model == optimized:
         publish_artifact(optimized)
     so = _session_options(ort.GraphOptimizationLevel.ORT_ENABLE_ALL, request.options)
-    session = ort.InferenceSession(str(model), sess_options=so, providers=_with_engine_cache(providers, folder))
+    session = _shared_session(model, so, _with_engine_cache(providers, folder))
     _check_providers(session, providers)
     return OrtGraph(ir, session, device, folder=folder, cache_hit=cache_hit, export_seconds=export_seconds)

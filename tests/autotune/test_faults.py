@@ -229,6 +229,29 @@ def test_random_graphs_compare_shapes_not_values():
     assert os.environ.get("TORCHMUX_CACHE_DIR")
 
 
+def test_a_check_runs_its_reference_on_one_torch_thread():
+    """A check inside the user's call runs the graph's ATen ops on one torch thread (no OpenMP barrier
+    to stall on a busy machine, no workers left spinning against the backend's calls), then gives the
+    program its thread count back, also when the reference raises."""
+    from torchmux.autotune import verify
+
+    ir = trace(lambda x: (x @ x.T).relu().sum(0), [x_(0)])
+    seen: list[int] = []
+    hook = ir.gm.register_forward_pre_hook(lambda module, args: seen.append(torch.get_num_threads()))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        out, wrong = verify.check_call(ir, lambda x: [(x @ x.T).relu().sum(0)], [x_(1)])
+        assert wrong is None and seen == [1] and torch.get_num_threads() == 2
+        torch.testing.assert_close(out[0], (x_(1) @ x_(1).T).relu().sum(0))
+        with pytest.raises(RuntimeError), verify.one_torch_thread():
+            raise RuntimeError("the reference failed")
+        assert torch.get_num_threads() == 2
+    finally:
+        hook.remove()
+        torch.set_num_threads(threads)
+
+
 _PLANTED_C = """
 #include <stdio.h>
 __attribute__((constructor)) static void planted(void) { FILE *f = fopen("%s", "w"); if (f) fclose(f); }

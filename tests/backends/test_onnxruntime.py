@@ -7,11 +7,13 @@ models against eager, and falling back to eager when a compile really fails.
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
 import textwrap
 import warnings
+import weakref
 from pathlib import Path
 
 import pytest
@@ -233,6 +235,38 @@ def test_cache_key_changes_with_providers(cache_dir: Path) -> None:
     assert default.folder != explicit.folder and not explicit.cache_hit
     again = _compile(_linear_gelu, inputs)
     assert again.cache_hit and again.folder == default.folder
+
+
+# ------------------------------------------------------------------------------------- threads and sessions
+def test_sessions_never_leave_threads_spinning_and_share_one_arena(cache_dir: Path) -> None:
+    """What the session options say is what the session got (read back from ONNX Runtime): torch's thread
+    count, no spinning between sections unless asked, spinning stopped when a run returns either way
+    (an idle session takes no core from torch or another session), the process-wide CPU arena."""
+    inputs = _linear_inputs()
+    for options, spinning in (({}, "0"), ({"allow_spinning": True}, "1")):
+        graph = _compile(_linear_gelu, inputs, **options)
+        so = graph.session.get_session_options()
+        assert so.intra_op_num_threads == torch.get_num_threads()
+        assert so.get_session_config_entry("session.intra_op.allow_spinning") == spinning
+        assert so.get_session_config_entry("session.force_spinning_stop") == "1"
+        assert so.get_session_config_entry("session.use_env_allocators") == "1"
+        torch.testing.assert_close(graph(*inputs)[0], _linear_gelu(*inputs), atol=1e-5, rtol=1e-5)
+
+
+def test_a_graph_compiled_twice_runs_on_one_session(cache_dir: Path) -> None:
+    """One session per model file and settings in the process (one pool, one copy of the packed weights),
+    kept only while a compiled graph holds it; other settings or another shape get their own."""
+    inputs = _linear_inputs()
+    first, second = _compile(_linear_gelu, inputs), _compile(_linear_gelu, inputs)
+    assert first.session is second.session
+    assert _compile(_linear_gelu, inputs, intra_op_num_threads=1).session is not first.session
+    assert _compile(_linear_gelu, _linear_inputs(5)).session is not first.session
+    for graph in (first, second):  # called in turn, each binds its own outputs
+        torch.testing.assert_close(graph(*inputs)[0], _linear_gelu(*inputs), atol=1e-5, rtol=1e-5)
+    session = weakref.ref(first.session)
+    del first, second, graph
+    gc.collect()
+    assert session() is None  # no graph holds it: closed, not cached for ever
 
 
 # ------------------------------------------------------------------------------------- shapes
