@@ -156,7 +156,9 @@ def main() -> None:
         f"{a.model} batch {a.batch}, {a.threads} intra-op threads (torch too), us per call of A: median of "
         f"{a.rounds} rounds of {a.calls} calls, best of {a.passes} processes"
     )
-    print(f"{'setting':28s} {'A alone':>9s} {'B alive':>9s} {'A,B alternating':>16s} {'after torch op':>15s} {'idle CPU in 20 ms':>18s}")
+    print(
+        f"{'setting':28s} {'A alone':>9s} {'B alive':>9s} {'A,B alternating':>16s} {'after torch op':>15s} {'idle CPU in 20 ms':>18s}"
+    )
     for setting, r in rows.items():
         print(
             f"{setting:28s} {r['alone']:9.1f} {r['b idle']:9.1f} {r['alternating']:16.1f} "

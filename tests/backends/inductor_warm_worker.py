@@ -39,7 +39,14 @@ def main() -> None:
             {
                 "frozen": [isinstance(fn, FrozenCall) for r in runners for fn in r._fns.values()],
                 "backends": [d.backend for r in runners for d in r.placements()],
-                "first_call": {"hit": hits, **{k.removeprefix("fxgraph_cache_"): v for k, v in counters["inductor"].items() if k.startswith("fxgraph_cache_") and k != "fxgraph_cache_hit"}},
+                "first_call": {
+                    "hit": hits,
+                    **{
+                        k.removeprefix("fxgraph_cache_"): v
+                        for k, v in counters["inductor"].items()
+                        if k.startswith("fxgraph_cache_") and k != "fxgraph_cache_hit"
+                    },
+                },
                 "after_change_hits": counters["inductor"]["fxgraph_cache_hit"] - hits,
                 "trials": isolate._SERVER.trials,
                 "child_starts": isolate._SERVER.starts,
