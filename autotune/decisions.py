@@ -2,9 +2,11 @@
 
 One small JSON file per decision under ``$TORCHMUX_CACHE_DIR/decisions/``. The key names everything
 that can change the choice: the graph's fingerprint, the input signature, the candidates with their
-versions, the mode, how many segments a split may have, torch's and torchmux's versions, and the kind
+versions, the mode, how many segments a split may have, torch's and torchmux's versions, the kind
 of machine (CPU model and core count, or GPU name: core/machine.py), so a choice measured on one machine
-is not trusted on a machine of another speed. A remembered winner is still checked against the reference
+is not trusted on a machine of another speed, and for a CPU graph the threads it runs on
+(``torch.get_num_threads()``: ONNX Runtime's sessions take as many; which backend wins changes with it,
+as ``torchmux bench --threads 1,2`` shows). A remembered winner is still checked against the reference
 before it is trusted; if it fails, the tuner measures everything again.
 
 With ``TORCHMUX_REMOTE_CACHE`` set, a decision missing locally is looked up in the fleet's Redis
@@ -34,16 +36,21 @@ def decision_key(
 ) -> str:
     """``frozen``: the decision is for the graph's frozen twin (freeze.py); ``ir`` is the unfrozen graph, so
     the key names its structure, not its weights' values."""
-    parts = [
-        ir.fingerprint(),
-        repr(signature),
-        mode or "default",
-        torch.__version__,
-        f"split={split}",
-        f"torchmux={_torchmux_version()}",
-        machine_kind(_device_type(signature)),
-        ",".join(sorted(f"{b.name}={_version(b)}" for b in candidates)),
-    ] + (["frozen"] if frozen else [])
+    device = _device_type(signature)
+    parts = (
+        [
+            ir.fingerprint(),
+            repr(signature),
+            mode or "default",
+            torch.__version__,
+            f"split={split}",
+            f"torchmux={_torchmux_version()}",
+            machine_kind(device),
+            ",".join(sorted(f"{b.name}={_version(b)}" for b in candidates)),
+        ]
+        + (["frozen"] if frozen else [])
+        + ([f"threads={torch.get_num_threads()}"] if device == "cpu" else [])
+    )
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
 

@@ -93,6 +93,30 @@ def test_a_new_runner_remembers_the_winner_from_disk():
     torch.testing.assert_close(out[0], chain(*args()))
 
 
+def test_a_winner_measured_on_other_threads_is_measured_again():
+    """Which backend wins a CPU graph changes with the thread count, so a decision made at one count is
+    not taken from disk at another."""
+    ir = trace(chain, args())
+    config = resolve(["eager", "inductor"], None, None)
+    threads = torch.get_num_threads()
+    other = 2 if threads == 1 else 1
+    try:
+        torch.set_num_threads(other)
+        GraphRunner(ir, config)(*args())  # decided and remembered at the other count
+        torch.set_num_threads(threads)
+        again = GraphRunner(ir, config)
+        out = again(*args())
+        decision = next(iter(again.decisions.values()))
+        assert len([m for m in decision.measurements if m.placement is not None]) == 2  # both built and timed
+        remembered = GraphRunner(ir, config)  # the same count again: taken from disk, only the winner built
+        remembered(*args())
+        decision = next(iter(remembered.decisions.values()))
+        assert len([m for m in decision.measurements if m.placement is not None]) == 1
+    finally:
+        torch.set_num_threads(threads)
+    torch.testing.assert_close(out[0], chain(*args()))
+
+
 def test_explicit_backend_is_verified_before_trusted():
     ir = trace(chain, args())
     runner = GraphRunner(ir, resolve("eager", None, None))
