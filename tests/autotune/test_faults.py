@@ -377,6 +377,29 @@ def test_the_kind_of_an_input_sees_its_largest_magnitude_either_sign_and_nonfini
     assert input_kind([torch.arange(3), torch.empty(0), small], [0, 1, 2]) == (band,)
 
 
+def test_a_large_input_is_scanned_on_one_torch_thread(monkeypatch):
+    """A CPU input ATen would reduce on its OpenMP threads is scanned on one (no workers left spinning
+    beside a backend's own thread pool); a small one, below ATen's grain, as it is; the same kind either
+    way, and the program's thread count is given back."""
+    from torchmux.autotune import verify
+
+    seen: list[int] = []
+
+    def scan(t):  # the real reduction, observed
+        seen.append(torch.get_num_threads())
+        return torch.aminmax(t)
+
+    monkeypatch.setattr(verify, "_RANGE", scan)
+    large, small = torch.full((verify._GRAIN + 1,), 3.0), torch.full((8,), 3.0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert verify.input_kind([large, small], [0, 1]) == (math.frexp(3.0)[1] // 4,) * 2
+        assert seen == [1, 2] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_conformance_cases_have_nonfinite_variants():
     from torchmux.testing.cases import CASES
 
