@@ -104,8 +104,8 @@ def input_kind(args: Sequence[Any], keyed: Sequence[int]) -> tuple:
         a = args[i]
         if isinstance(a, torch.Tensor) and a.dtype.is_floating_point and a.numel():
             a = a.detach() if a.requires_grad else a  # every call: no needless detach
-            if a.numel() > _GRAIN and a.device.type == "cpu" and torch.get_num_threads() > 1:
-                with one_torch_thread():
+            if a.numel() > _GRAIN and a.device.type == "cpu":
+                with one_torch_thread():  # a no-op at one thread
                     lo, hi = _RANGE(a)
             else:
                 lo, hi = _RANGE(a)
