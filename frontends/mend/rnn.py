@@ -6,11 +6,12 @@ parameters themselves: "expected all tensors_saved_with_vc_check to be Tensors")
 whose class is exactly one of the three, :func:`install` binds :func:`forward` to the *instance*:
 
 - while Dynamo traces, for a supported call (a tensor input, no ``proj_size``, no dropout in training,
-  at most :data:`MAX_STEPS` recurrent steps), the call becomes one ``torchmux_mend::rnn`` op whose
-  CompositeImplicitAutograd kernel writes the recurrence out in ``matmul`` and pointwise ops (the input
+  at most :data:`MAX_STEPS` recurrent steps), the call becomes one ``torchmux_mend::rnn`` op. Dynamo
+  records one node and runs a shape-only kernel for it (capture costs the same for 5 steps or 100);
+  AOTAutograd decomposes it into the recurrence written out in ``matmul`` and pointwise ops (the input
   projection of all steps in one ``matmul`` per layer and direction, then one small step per time
-  step): Dynamo records one node instead of tracing every step (about 3x cheaper capture), and
-  AOTAutograd decomposes it into those plain ops, which every backend can take;
+  step), with their gradients, which every backend can take; a graph run as Dynamo captured it runs
+  the module's own kernel (:func:`_autograd` picks);
 - while Dynamo traces an unsupported call (a ``PackedSequence``, a long sequence), the class's own
   ``forward`` is traced: its graph holds a ``torch.lstm``-like call, which the capture frontend runs as
   Dynamo captured it, eagerly, and explain names (``frontends/dynamo.py``);
@@ -31,8 +32,8 @@ from torch import nn
 
 from . import runtime as rt
 
-#: time steps x layers x directions written out at most: each step is a dozen ops that fake tensors and
-#: AOTAutograd trace; a longer call is an unsupported one (above). ``torch._higher_order_ops.scan`` traces
+#: time steps x layers x directions written out at most: each step is a dozen ops that AOTAutograd
+#: traces; a longer call is an unsupported one (above). ``torch._higher_order_ops.scan`` traces
 #: one step whatever the length, but its fixed cost (about 2 s) is larger at the lengths seen here.
 MAX_STEPS = 128
 _KINDS = (nn.LSTM, nn.GRU, nn.RNN)
@@ -181,15 +182,88 @@ def _cell(
     return (torch.tanh(pre) if kind == "tanh" else torch.relu(pre)), None
 
 
-# The recurrence as one operator whose kernel is the Python above, registered CompositeImplicitAutograd:
-# Dynamo records one call (tracing the steps one by one in Dynamo cost about 1.7 ms an op), fake tensors
-# run the kernel for shapes (cheap), and AOTAutograd decomposes it into the plain ops above, with their
-# gradients, before any backend sees the graph.
+def _real(
+    input: torch.Tensor,
+    states: list[torch.Tensor],
+    params: list[torch.Tensor],
+    kind: str,
+    num_layers: int,
+    dirs: int,
+    batch_first: bool,
+    bias: bool,
+) -> list[torch.Tensor]:
+    """The module's own kernel (``torch._VF.lstm`` and kin, cuDNN on a GPU): what eager runs, bit for bit.
+
+    The op's kernel on real tensors that need no gradient (a graph run as Dynamo captured it)."""
+    batched, batch_dim = input.dim() == 3, 0 if batch_first else 1
+    x = input if batched else input.unsqueeze(batch_dim)
+    hidden = params[1].shape[1]
+    if states:
+        hs = [s if batched else s.unsqueeze(1) for s in states]
+    else:
+        zeros = x.new_zeros(num_layers * dirs, x.shape[batch_dim], hidden)
+        hs = [zeros, zeros] if kind == "lstm" else [zeros]
+    args = (params, bias, num_layers, 0.0, False, dirs == 2, batch_first)
+    if kind == "lstm":
+        out = list(torch._VF.lstm(x, hs, *args))  # type: ignore[attr-defined]
+    else:
+        run = {"gru": torch._VF.gru, "tanh": torch._VF.rnn_tanh, "relu": torch._VF.rnn_relu}[kind]  # type: ignore[attr-defined]
+        out = list(run(x, hs[0], *args))
+    return out if batched else [out[0].squeeze(batch_dim)] + [s.squeeze(1) for s in out[1:]]
+
+
+def _shapes(
+    input: torch.Tensor,
+    states: list[torch.Tensor],
+    params: list[torch.Tensor],
+    kind: str,
+    num_layers: int,
+    dirs: int,
+    batch_first: bool,
+    bias: bool,
+) -> list[torch.Tensor]:
+    """The op's fake kernel: outputs of the right shapes, no recurrence (all Dynamo's trace needs)."""
+    hidden = params[1].shape[1]
+    out = input.new_empty(*input.shape[:-1], dirs * hidden)
+    batch = () if input.dim() == 2 else (input.shape[0 if batch_first else 1],)
+    state = input.new_empty(num_layers * dirs, *batch, hidden)
+    return [out, state, state.clone()] if kind == "lstm" else [out, state]
+
+
+def _autograd(*args: Any) -> list[torch.Tensor]:
+    """The op's Autograd kernel: which of the three kernels above a call gets.
+
+    - AOTAutograd tracing (a proxy or functional mode is active), or a call whose result needs a gradient:
+      :func:`_unrolled`, so the graph holds plain differentiable ops that every backend can take;
+    - Dynamo's shape pass (fake tensors, no tracing mode): :func:`_shapes`, one op however long the
+      sequence (writing out the steps there cost ~40 ms per 10 steps of capture); the outputs require
+      grad where the written-out ops' would;
+    - real tensors needing no gradient: :func:`_real`."""
+    tracing = any(
+        torch._C._get_dispatch_mode(key) is not None
+        for key in (torch._C._TorchDispatchModeKey.PROXY, torch._C._TorchDispatchModeKey.FUNCTIONAL)
+    )
+    tensors = [args[0], *args[1], *args[2]]
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+    fake = torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None
+    if tracing or (grad and not fake):
+        return _unrolled(*args)
+    with torch._C._AutoDispatchBelowAutograd():
+        out = _OP(*args)
+    return [o.requires_grad_() for o in out] if grad else out
+
+
+# The recurrence as one operator (see :func:`_autograd` for which kernel runs when): Dynamo records one
+# call and fake-runs it for shapes only, AOTAutograd decomposes it into the plain ops of :func:`_unrolled`,
+# with their gradients, before any backend sees the graph, and a graph run as captured runs the module's
+# own kernel.
 _LIB = torch.library.Library("torchmux_mend", "FRAGMENT")
 if not hasattr(torch.ops.torchmux_mend, "rnn"):
     _LIB.define(
         "rnn(Tensor input, Tensor[] states, Tensor[] params, str kind, int num_layers, int dirs,"
         " bool batch_first, bool bias) -> Tensor[]"
     )
-    _LIB.impl("rnn", _unrolled, "CompositeImplicitAutograd")
+    _LIB.impl("rnn", _real, "CompositeExplicitAutograd")
+    _LIB.impl("rnn", _autograd, "Autograd")
+    torch.library.register_fake("torchmux_mend::rnn", _shapes, lib=_LIB)
 _OP = torch.ops.torchmux_mend.rnn.default

@@ -76,6 +76,42 @@ def test_rnn_module_is_one_graph_with_eagers_values_and_gradients(make) -> None:
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("make", RNNS + [lambda: nn.LSTM(5, 8), lambda: nn.GRU(5, 8, bias=False)])
+@pytest.mark.parametrize("batched", [True, False])
+def test_rnn_op_kernels_agree_shape_pass_real_kernel_and_written_out(make, batched) -> None:
+    """The op's three kernels: Dynamo's shape pass (fake tensors) gives the written-out recurrence's
+    shapes; on real tensors needing no gradient it is the module's own kernel, bit for bit; needing one,
+    it is the written-out recurrence, whose values and gradients are eager's."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from torchmux.frontends.mend import rnn
+
+    torch.manual_seed(0)
+    m = make()
+    kind = "lstm" if isinstance(m, nn.LSTM) else "gru" if isinstance(m, nn.GRU) else m.nonlinearity
+    dirs = 2 if m.bidirectional else 1
+    x = torch.randn(3, 6, 5) if batched else torch.randn(6, 5)
+    params = [getattr(m, n) for n in m._flat_weights_names]
+    args = (x, [], params, kind, m.num_layers, dirs, m.batch_first, m.bias)
+    with torch.no_grad():
+        real = rnn._OP(*args)
+        want = m(x)
+    assert all(torch.equal(a, b) for a, b in zip(real, _flat(want)))
+    unrolled = rnn._OP(*args)  # the parameters need a gradient: the written-out ops
+    for a, b in zip(unrolled, real):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    unrolled[0].sum().backward()
+    grads = [p.grad.clone() for p in params]
+    m.zero_grad()
+    _flat(m(x))[0].sum().backward()
+    for a, b in zip(grads, [p.grad for p in params]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        fake = rnn._OP(mode.from_tensor(x), [], [mode.from_tensor(p) for p in params], *args[3:])
+    assert [f.shape for f in fake] == [r.shape for r in real]
+    assert all(f.requires_grad for f in fake)  # as the written-out ops' outputs would
+
+
 def test_rnn_outside_dynamo_runs_the_class_forward_and_packed_input_runs_eagerly() -> None:
     torch.manual_seed(0)
     lstm = nn.LSTM(5, 8, batch_first=True)
