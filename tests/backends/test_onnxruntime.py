@@ -140,6 +140,24 @@ def test_iobinding_runs_on_torch_memory(cache_dir: Path) -> None:
     torch.testing.assert_close(graph(*inputs)[0], first)
 
 
+def test_static_cpu_call_takes_the_outputs_onnxruntime_allocates(cache_dir: Path) -> None:
+    """A static CPU graph's call feeds NumPy views of the inputs and returns ONNX Runtime's own output
+    memory as tensors: writable, never reused by a later call, one tensor for a value returned twice."""
+    x = torch.randn(3, 4)
+    ir = trace(lambda x: ((x * 2).exp(),) * 2 + (x.sum(),), [x], name="twice")
+    graph = get_registry().get("onnxruntime").compile(torchmux.CompileRequest(ir, [x]))
+    assert graph._static is not None  # this is the path under test
+    a, b, total = graph(x)
+    assert a is b and total.shape == ()
+    held = a.clone()
+    later = graph(x * 3)[0]
+    assert torch.equal(a, held) and not torch.equal(later, a)  # the later call wrote elsewhere
+    a.add_(1)  # the caller owns it: writable, in place
+    torch.testing.assert_close(a, held + 1)
+    x_grad = x.clone().requires_grad_()  # a forward graph's input under autograd
+    torch.testing.assert_close(graph(x_grad)[0], (x * 2).exp())
+
+
 def test_weights_are_inputs_and_strided_inputs_work(cache_dir: Path) -> None:
     inputs = _linear_inputs()
     graph = _compile(_linear_gelu, inputs)
