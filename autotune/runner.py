@@ -31,7 +31,7 @@ from .guard import Guard
 from .placement import build_placement
 from .shapes import SymbolicChooser, describe_range, size_range, symbol_values
 from .split import Plan, build_split, try_split
-from .tuner import Decision, Measurement, TrialTimeout, choose, measure, within_deadline
+from .tuner import Decision, Measurement, TrialTimeout, choose, in_own_thread, measure, within_deadline
 
 
 def _signature(args: Sequence[Any], keyed: Sequence[int]) -> tuple:
@@ -82,21 +82,12 @@ class GraphRunner:
         """Backends compile in a fresh thread: the first call may come from inside AOTAutograd's runtime
         (an autograd.Function, dispatch keys excluded), whose thread-local state breaks compilers that
         trace (Inductor runs AOTAutograd itself)."""
-        box: dict[str, Any] = {}
 
-        def work() -> None:
-            try:
-                with torch.no_grad():
-                    box["fn"] = self._decide(sig, args)
-            except BaseException as e:  # re-raised in the caller's thread
-                box["error"] = e
+        def work() -> Any:
+            with torch.no_grad():
+                return self._decide(sig, args)
 
-        t = threading.Thread(target=work, name=f"torchmux-{self.ir.name}")
-        t.start()
-        t.join()
-        if "error" in box:
-            raise box["error"]
-        return box["fn"]
+        return in_own_thread(work, f"torchmux-{self.ir.name}")  # its timing runs back in this thread
 
     @property
     def _deadline(self) -> float:

@@ -398,7 +398,7 @@ class OrtGraph:
             if t.requires_grad:  # a forward graph's input under autograd: the same memory, no graph
                 t = t.detach()
             feed[name] = (t if t.is_contiguous() else t.contiguous()).numpy()
-        arrays = self._c[0].run(self._static_names, feed, None)  # type: ignore[index]  # set with _static
+        arrays = self._c[0].run(self._static_names, feed, None)  # _c is set where _static is
         outs: list[Any] = [None] * len(self._outputs)  # a value returned twice is taken once (see __init__)
         for (_, _, _, _, k), a in zip(self._static, arrays):  # type: ignore[arg-type]  # checked by the caller
             outs[k] = torch.from_numpy(a)

@@ -205,9 +205,9 @@ def _real(
         hs = [zeros, zeros] if kind == "lstm" else [zeros]
     args = (params, bias, num_layers, 0.0, False, dirs == 2, batch_first)
     if kind == "lstm":
-        out = list(torch._VF.lstm(x, hs, *args))  # type: ignore[attr-defined]
+        out = list(torch._VF.lstm(x, hs, *args))
     else:
-        run = {"gru": torch._VF.gru, "tanh": torch._VF.rnn_tanh, "relu": torch._VF.rnn_relu}[kind]  # type: ignore[attr-defined]
+        run = {"gru": torch._VF.gru, "tanh": torch._VF.rnn_tanh, "relu": torch._VF.rnn_relu}[kind]
         out = list(run(x, hs[0], *args))
     return out if batched else [out[0].squeeze(batch_dim)] + [s.squeeze(1) for s in out[1:]]
 
