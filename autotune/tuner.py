@@ -215,9 +215,14 @@ def in_own_thread(work: Callable[[], T], name: str) -> T:
     jobs: queue.SimpleQueue = queue.SimpleQueue()
     box: dict[str, Any] = {}
 
+    lock, state = threading.Lock(), {"serving": True}
+
     def submit(job: Callable[[], Any]) -> Any:
         done, out = threading.Event(), dict[str, Any]()
-        jobs.put((job, out, done))
+        with lock:
+            if not state["serving"]:  # the caller left (an interrupt): nobody would run it there
+                return job()
+            jobs.put((job, out, done))
         done.wait()
         if "error" in out:
             raise out["error"]
@@ -234,15 +239,27 @@ def in_own_thread(work: Callable[[], T], name: str) -> T:
 
     thread = threading.Thread(target=run, name=name)
     thread.start()
-    while (item := jobs.get()) is not None:
-        job, out, done = item
-        try:
-            with torch.no_grad():  # as the tuner's thread runs (runner.py)
-                out["value"] = job()
-        except BaseException as e:
-            out["error"] = e
-        finally:
-            done.set()
+    try:
+        while (item := jobs.get()) is not None:
+            job, out, done = item
+            try:
+                with torch.no_grad():  # as the tuner's thread runs (runner.py)
+                    out["value"] = job()
+            except BaseException as e:
+                out["error"] = e
+            finally:
+                done.set()
+    finally:  # normally the queue is empty here; after an interrupt the thread must not wait on us
+        with lock:
+            state["serving"] = False
+        while True:
+            try:
+                item = jobs.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                item[1]["error"] = RuntimeError("the caller stopped waiting")
+                item[2].set()
     thread.join()
     if "error" in box:
         raise box["error"]
