@@ -141,8 +141,9 @@ def test_iobinding_runs_on_torch_memory(cache_dir: Path) -> None:
 
 
 def test_static_cpu_call_takes_the_outputs_onnxruntime_allocates(cache_dir: Path) -> None:
-    """A static CPU graph's call feeds NumPy views of the inputs and returns ONNX Runtime's own output
-    memory as tensors: writable, never reused by a later call, one tensor for a value returned twice."""
+    """A static CPU inference graph's call feeds NumPy views of the inputs and returns ONNX Runtime's own
+    output memory as tensors: writable, never reused by a later call, one tensor for a value returned
+    twice; a training graph's outputs stay torch's own, resizable memory."""
     x = torch.randn(3, 4)
     ir = trace(lambda x: ((x * 2).exp(),) * 2 + (x.sum(),), [x], name="twice")
     graph = get_registry().get("onnxruntime").compile(torchmux.CompileRequest(ir, [x]))
@@ -154,8 +155,15 @@ def test_static_cpu_call_takes_the_outputs_onnxruntime_allocates(cache_dir: Path
     assert torch.equal(a, held) and not torch.equal(later, a)  # the later call wrote elsewhere
     a.add_(1)  # the caller owns it: writable, in place
     torch.testing.assert_close(a, held + 1)
-    x_grad = x.clone().requires_grad_()  # a forward graph's input under autograd
+    x_grad = x.clone().requires_grad_()  # an input that requires grad
     torch.testing.assert_close(graph(x_grad)[0], (x * 2).exp())
+    # a training graph's outputs are torch's own memory (FSDP frees tensors with storage.resize_(0))
+    fw = torchmux.GraphIR(ir.gm, name="twice_fw", phase="forward").lint()
+    fw_graph = get_registry().get("onnxruntime").compile(torchmux.CompileRequest(fw, [x]))
+    out = fw_graph(x)[0]
+    torch.testing.assert_close(out, (x * 2).exp())
+    out.untyped_storage().resize_(0)
+    assert graph(x)[0].untyped_storage().resizable() is False  # the inference graph's: ONNX Runtime's
 
 
 def test_weights_are_inputs_and_strided_inputs_work(cache_dir: Path) -> None:
