@@ -297,7 +297,7 @@ class OrtGraph:
         self._sizes = None if ir.is_static else _size_sources(ir)
         self._size_outputs = extend.size_outputs(ir)  # position -> expression of the call's sizes
         # the hot path of a static graph on the CPU, everything but the tensors worked out here: the output
-        # shapes, what to bind them as (``_call_static``); None where the general path is needed
+        # shapes, what to bind them as (``_call_numpy``, ``_call_bound``); None where the general path is needed
         self._static: list[tuple[str, type, tuple[int, ...], torch.dtype, int]] | None = None
         if self._tensor_args is None and self._stream is None and self._c is not None:
             shapes = [tuple(int(d) for d in spec.shape) for _, _, spec in self._outputs]
@@ -308,7 +308,8 @@ class OrtGraph:
                     if k in self._first_of_each
                 ]
                 self._static_names = [name for name, *_ in self._static]
-        self._numpy = ir.phase == "inference"  # _call_static says why
+        # chosen once: an inference graph takes ONNX Runtime's own output memory (_call_numpy says why)
+        self._call_static = self._call_numpy if ir.phase == "inference" else self._call_bound
 
     def __call__(self, *args: torch.Tensor) -> list[torch.Tensor | None]:  # a backward graph's outputs hold None
         if self._static is not None and len(args) == len(self._inputs):
@@ -388,7 +389,7 @@ class OrtGraph:
         del keep
         return outs
 
-    def _call_static(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
+    def _call_numpy(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor | None]:
         """``__call__`` of a static CPU inference graph: the inputs fed as NumPy views of the tensors'
         memory and the outputs taken as ONNX Runtime allocates them (``torch.from_numpy``, no copy),
         through the C-level session. IOBinding cost more than it saves here: 157 us a call against 142 on
@@ -397,8 +398,6 @@ class OrtGraph:
         Only for inference graphs: an output's storage belongs to NumPy and cannot be resized, and a
         training graph's outputs can reach code that resizes them (FSDP frees an unsharded parameter with
         ``storage.resize_(0)``); those graphs take :meth:`_call_bound`."""
-        if not self._numpy:
-            return self._call_bound(args)
         feed = {}
         for (name, _, _), t in zip(self._inputs, args):
             if t.requires_grad:  # a forward graph's input under autograd: the same memory, no graph
