@@ -308,13 +308,14 @@ class OrtGraph:
                     if k in self._first_of_each
                 ]
                 self._static_names = [name for name, *_ in self._static]
-        # chosen once: an inference graph takes ONNX Runtime's own output memory (_call_numpy says why)
-        self._call_static = self._call_numpy if ir.phase == "inference" else self._call_bound
+        # chosen once: an inference graph takes ONNX Runtime's own output memory (_call_numpy says why); the
+        # class's function, not a bound method, which would keep this graph (and its session) alive in a cycle
+        self._call_static = OrtGraph._call_numpy if ir.phase == "inference" else OrtGraph._call_bound
 
     def __call__(self, *args: torch.Tensor) -> list[torch.Tensor | None]:  # a backward graph's outputs hold None
         if self._static is not None and len(args) == len(self._inputs):
             try:
-                return self._call_static(args)
+                return self._call_static(self, args)
             except TypeError:  # this onnxruntime's C-level binding takes other arguments: the general path
                 self._static = self._c = None
         if self._tensor_args is None:
