@@ -1,4 +1,5 @@
-"""Legacy autograd: ``Variable(t)`` and ``Variable(t, requires_grad=False)`` -> ``t.detach()``.
+"""Legacy autograd: ``Variable(t)`` and ``Variable(t, requires_grad=False)`` -> ``t.detach()``;
+``t.new().resize_(size)`` and ``t.new().resize_as_(u)`` -> ``t.new_empty(...)``.
 
 Pre-0.4 code wraps tensors in ``torch.autograd.Variable``; Dynamo traces the bare call but breaks on
 ``requires_grad=``. Such a call (one positional argument, ``requires_grad`` absent or the constant
@@ -6,6 +7,12 @@ Pre-0.4 code wraps tensors in ``torch.autograd.Variable``; Dynamo traces the bar
 otherwise. ``Variable(t, requires_grad=True)`` makes a new leaf that needs gradients; Dynamo cannot
 return such a tensor from a graph, so it is left as written (one break, as without mending).
 ``.data`` and ``requires_grad_`` inside ``forward`` are traced by Dynamo itself.
+
+Pre-0.4 code also makes a fresh state tensor as ``x.data.new().resize_(n, h).fill_(0)`` (an RNN's
+zero hidden state): an empty tensor of ``x``'s dtype and device, resized. Dynamo refuses ``resize_``
+(a break at every such line); ``t.new_empty(size)`` is the same tensor, uninitialized and contiguous
+as the resized one is. The call becomes ``_mend_rt.new_resized(note, t, "resize_", *size)``: that
+while Dynamo traces a tensor, the code as written otherwise.
 """
 
 from __future__ import annotations
@@ -20,7 +27,8 @@ _VARIABLE = torch.autograd.Variable
 
 
 def legacy_variables(fdef: ast.FunctionDef, ctx: Context) -> None:
-    """Rewrite the ``Variable(...)`` calls of ``fdef`` in place."""
+    """Rewrite the ``Variable(...)`` and ``t.new().resize_(...)`` calls of ``fdef`` in place."""
+    new_then_resized(fdef, ctx)
     for call in [n for n in ast.walk(fdef) if isinstance(n, ast.Call)]:
         if ctx.resolve(call.func) is not _VARIABLE or len(call.args) != 1 or isinstance(call.args[0], ast.Starred):
             continue
@@ -35,3 +43,28 @@ def legacy_variables(fdef: ast.FunctionDef, ctx: Context) -> None:
         )
         call.args = [located(ast.Constant(note), call), call.args[0]]
         call.keywords = []
+
+
+def new_then_resized(fdef: ast.FunctionDef, ctx: Context) -> None:
+    """``<t>.new().resize_(<sizes>)`` / ``<t>.new().resize_as_(<u>)``, no keywords, no ``*``, in place."""
+    for call in [n for n in ast.walk(fdef) if isinstance(n, ast.Call)]:
+        func, made = call.func, getattr(call.func, "value", None)
+        if not (
+            isinstance(func, ast.Attribute)
+            and func.attr in ("resize_", "resize_as_")
+            and call.args
+            and not call.keywords
+            and not any(isinstance(a, ast.Starred) for a in call.args)
+            and isinstance(made, ast.Call)
+            and isinstance(made.func, ast.Attribute)
+            and made.func.attr == "new"
+            and not made.args
+            and not made.keywords
+        ):
+            continue
+        note = ctx.note(call, f"t.new().{func.attr}(...) -> t.new_empty(...)")
+        source = made.func.value
+        call.func = located(
+            ast.copy_location(ast.Attribute(ast.Name(RT, ast.Load()), "new_resized", ast.Load()), func), call
+        )
+        call.args = [located(ast.Constant(note), call), source, located(ast.Constant(func.attr), call), *call.args]

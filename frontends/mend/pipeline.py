@@ -12,7 +12,7 @@ Pipeline (``mend(model)``, run by ``torchmux.compile`` and ``torchmux.explain`` 
 2. **Rewrite the AST** (:mod:`.statements` walks the body and hands each statement to its rule):
 
    - :mod:`.attrs`: ``cfg.scale`` on a dict with ``__getattr__ = dict.__getitem__`` -> ``cfg["scale"]``;
-   - :mod:`.legacy`: ``Variable(t)`` -> ``t.detach()``;
+   - :mod:`.legacy`: ``Variable(t)`` -> ``t.detach()``, ``t.new().resize_(size)`` -> ``t.new_empty(size)``;
    - :mod:`.expressions`: ``a if <tensor> else b`` -> ``torch.where``;
    - :mod:`.effects`: ``print`` / ``warnings.warn`` / logging statements are replayed after the graph
      with the user's text, file and line;

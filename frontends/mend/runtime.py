@@ -565,6 +565,20 @@ def variable(note: int, data: Any) -> Any:
     return torch.autograd.Variable(data)
 
 
+def new_resized(note: int, t: Any, how: str, *size: Any) -> Any:
+    """``t.new().resize_(*size)`` or ``t.new().resize_as_(other)``: ``t.new_empty`` of that size while
+    Dynamo traces a tensor (the same uninitialized, contiguous tensor; Dynamo refuses ``resize_``), the
+    code as written otherwise."""
+    if isinstance(t, torch.Tensor) and torch.compiler.is_compiling():
+        if how == "resize_":
+            fired(note)
+            return t.new_empty(*size)
+        if len(size) == 1 and isinstance(size[0], torch.Tensor):
+            fired(note)
+            return t.new_empty(size[0].shape)
+    return getattr(t.new(), how)(*size)
+
+
 # --- attribute dicts (``attrs``) ----------------------------------------------------------------------
 
 

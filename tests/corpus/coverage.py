@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from catalog import ALL as PROGRAMS  # noqa: E402
 from catalog import CATEGORIES  # noqa: E402
-from harness import capture_seconds, run  # noqa: E402
+from harness import capture_pair, capture_seconds, run  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     results = {mode: {p.name: run(p, mode) for p in programs} for mode in modes}
     capture_seconds(programs[0], True), capture_seconds(programs[0], False)  # warm Dynamo up
-    seconds = {p.name: _capture_pair(p) for p in programs}
+    seconds = {p.name: capture_pair(p) for p in programs}
     if ns.verbose:
         for mode in modes:
             for p in programs:
@@ -79,13 +79,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"programs where torchmux has more breaks than Dynamo: {worse or 'none'}")
     print(f"({time.perf_counter() - start:.0f} s)")
     return 0
-
-
-def _capture_pair(program) -> tuple[float, float]:
-    """The best of two first-call timings each, with mend and without, in the order A B B A (fair to both)."""
-    a1, b1 = capture_seconds(program, True), capture_seconds(program, False)
-    b2, a2 = capture_seconds(program, False), capture_seconds(program, True)
-    return min(a1, a2), min(b1, b2)
 
 
 def _torch_version() -> str:

@@ -140,6 +140,24 @@ class LegacyVariableLoop(nn.Module):
         return h
 
 
+class LegacyResizedState(nn.Module):
+    """Pre-0.4 GRU code: the zero state as ``x.data.new().resize_(...).fill_(0)``, a mask as
+    ``new().resize_as_(...)``, and the size given as separate integers once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cell = nn.GRUCell(16, 8)
+
+    def forward(self, x):
+        hx = Variable(x.data.new().resize_((x.size(0), 8)).fill_(0))
+        keep = x.data.new().resize_as_(x.data).fill_(1)
+        keep[:, 0] = 0
+        bias = x.new().resize_(x.size(0), 8).zero_()
+        for t in range(x.size(1)):
+            hx = self.cell(x[:, t] * keep[:, t], hx) + bias
+        return hx
+
+
 # --- tensor tests in expressions, and/or, comprehensions -----------------------------------------------
 
 
@@ -1248,6 +1266,12 @@ def _programs() -> list[Program]:
             "legacy autograd",
             "Variable hidden state through a GRUCell loop",
             lambda: (LegacyVariableLoop(), (seq(),)),
+        ),
+        P(
+            "legacy_resized_state",
+            "legacy autograd",
+            "x.data.new().resize_(...).fill_(0) state, new().resize_as_(x) mask",
+            lambda: (LegacyResizedState(), (seq(),)),
         ),
         # tensor tests in expressions, and/or, comprehensions, mixed while
         P("ifexp_scale", "expressions", "a if <tensor test> else b", lambda: (ifexp_scale, (torch.randn(4, 16) * 2,))),

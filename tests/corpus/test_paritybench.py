@@ -1,0 +1,113 @@
+"""``paritybench.py`` reads both layouts of ParityBench's generated files and counts what it measures.
+
+The two files here are written for this test in ParityBench's layouts (its newer ``TESTCASES`` list,
+and its older ``Test_*`` class whose methods hand a module to ``self._check``), with the header its
+generator writes: sibling modules aliased to the file, imports of packages this machine lacks, the
+helpers' config object. The runner measures each file in a child process, as it does real ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import paritybench  # noqa: E402
+
+HEADER = """\
+import sys
+_module = sys.modules[__name__]
+del sys
+models = _module
+from _paritybench_helpers import _mock_config, patch_functional
+from unittest.mock import mock_open, MagicMock
+import abc, collections, math, torch, tensorflow, torchtext
+import numpy as np
+from torch import nn
+patch_functional()
+_global_config = args = cfg = _mock_config()
+"""
+
+NEW = HEADER + textwrap.dedent("""
+    class Branchy(nn.Module):
+        def __init__(self, width):
+            super().__init__()
+            self.fc = nn.Linear(width, width)
+
+        def forward(self, x):
+            y = self.fc(x)
+            if y.sum() > 0:
+                y = y * 2
+            else:
+                y = y - 1
+            return y.relu()
+
+
+    class Scaled(nn.Module):
+        def forward(self, x, scale=1.0):
+            return x * scale
+
+
+    class NeedsTensorflow(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = tensorflow.keras.layers.Dense(4)
+
+        def forward(self, x):
+            return self.layer(x)
+
+
+    TESTCASES = [
+        (Branchy, lambda: ([], {'width': 4}), lambda: ([torch.rand([2, 4])], {}), False),
+        (Scaled, lambda: ([], {}), lambda: ([torch.rand([3])], {'scale': 3.0}), True),
+        (NeedsTensorflow, lambda: ([], {}), lambda: ([torch.rand([2, 4])], {}), False),
+    ]
+    """)
+
+OLD = HEADER + textwrap.dedent("""
+    class Plain(nn.Module):
+        def __init__(self, in_planes, out_planes):
+            super().__init__()
+            self.conv = nn.Conv2d(in_planes, out_planes, 3, padding=1)
+
+        def forward(self, x):
+            return torch.relu(self.conv(x))
+
+
+    class Test_someone_somerepo(object):
+        def test_000(self):
+            self._check(Plain(*[], **{'in_planes': 4, 'out_planes': 4}), [torch.rand([1, 4, 8, 8])], {})
+    """)
+
+
+def test_both_layouts_are_measured_and_what_cannot_run_is_left_out(tmp_path, capsys) -> None:
+    (tmp_path / "test_someone_newrepo.py").write_text(NEW)
+    (tmp_path / "test_someone_somerepo.py").write_text(OLD)
+    out = tmp_path / "records.jsonl"
+    assert paritybench.main([str(tmp_path), "--jobs", "2", "--json", str(out)]) == 0
+    records = {(r["repo"], r["module"]): r for r in map(json.loads, out.read_text().splitlines())}
+    assert set(records) == {
+        ("someone_newrepo", "Branchy#0"),
+        ("someone_newrepo", "Scaled#1"),
+        ("someone_newrepo", "NeedsTensorflow#2"),
+        ("someone_somerepo", "Plain#0"),
+    }
+    # TensorFlow is not installed: the file still loads, and only the module that uses it is left out
+    assert records["someone_newrepo", "NeedsTensorflow#2"]["status"] == "build-fails"
+    branchy = records["someone_newrepo", "Branchy#0"]
+    assert branchy["status"] == "ok"
+    assert (branchy["dynamo"]["graphs"], branchy["dynamo"]["breaks"]) == (2, 1)  # the tensor if
+    assert (branchy["torchmux"]["graphs"], branchy["torchmux"]["breaks"]) == (1, 0)  # mended
+    for key in [("someone_newrepo", "Scaled#1"), ("someone_somerepo", "Plain#0")]:  # keyword args; old layout
+        assert records[key]["status"] == "ok"
+        assert all((records[key][m]["graphs"], records[key][m]["breaks"]) == (1, 0) for m in ("dynamo", "torchmux"))
+    assert all(
+        records[k][m]["correct"] for k in records if records[k]["status"] == "ok" for m in ("dynamo", "torchmux")
+    )
+    report = capsys.readouterr().out
+    assert "modules measured: 3; left out: {'build-fails': 1}" in report
+    assert "2/3 66.7%" in report and "3/3 100.0%" in report  # Dynamo, torchmux: modules in one graph
+    assert "1/2 50.0%" in report and "2/2 100.0%" in report  # repositories with every module in one graph
