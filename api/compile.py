@@ -20,6 +20,7 @@ from ..core import settings
 from ..core.config import CompileConfig, resolve
 from ..core.errors import BadArgumentError, FullGraphError
 from ..frontends.dynamo import TorchmuxDynamoBackend, watch_recompile_limit, while_tracing
+from ..frontends.replay import MISS, Replay
 
 
 def compile(
@@ -75,7 +76,8 @@ def compile(
         from ..frontends.mend import cond_refused, mend, scoped, tracing
 
         model, _ = mend(model)
-    compiled = torch.compile(model, backend=shared_backend(config), fullgraph=fullgraph, dynamic=dynamic)
+    dynamo_backend = shared_backend(config)
+    compiled = torch.compile(model, backend=dynamo_backend, fullgraph=fullgraph, dynamic=dynamic)
     # torchmux's Dynamo options (and the mend pass's switches) while Dynamo traces (frontends/dynamo.py);
     # first: it rebuilds compiled.forward. Where it cannot, the switches go around each call
     traced = isinstance(compiled, torch.nn.Module) and while_tracing(compiled, tracing if config.get("mend") else None)
@@ -86,7 +88,9 @@ def compile(
     elif config.get("mend"):
         compiled = functools.wraps(model)(scoped(compiled))
     if isinstance(compiled, torch.nn.Module):
-        compiled.forward = _entry(compiled.forward, model.forward, retry, fullgraph)  # type: ignore[union-attr]
+        use = config.get("replay") and Replay.available() and isinstance(model, torch.nn.Module)
+        replay = Replay(model, dynamo_backend) if use else None  # type: ignore[arg-type]  # a Module, as tested
+        compiled.forward = _entry(compiled.forward, model.forward, retry, fullgraph, replay)  # type: ignore[union-attr]
         return compiled
     return functools.wraps(model)(_entry(compiled, model, retry, fullgraph))
 
@@ -152,7 +156,11 @@ def _fullgraph_message(e: BaseException) -> str:
 
 
 def _entry(
-    fn: Callable[..., Any], original: Callable[..., Any], retry: Callable[..., bool] | None, fullgraph: bool
+    fn: Callable[..., Any],
+    original: Callable[..., Any],
+    retry: Callable[..., bool] | None,
+    fullgraph: bool,
+    replay: Replay | None = None,
 ) -> Callable[..., Any]:
     """What the user calls: ``fn`` (the compiled forward or function) with the API's per-call rules in
     one frame (each wrapper frame costs a call ~0.3 us):
@@ -160,7 +168,8 @@ def _entry(
     - a NumPy array argument runs ``original``: eager's behaviour (a TypeError from torch, or whatever
       the user's code does with it) is kept; Dynamo would quietly trace it as a tensor;
     - ``retry`` (the mend pass's ``cond_refused``): a trace that ``torch.cond`` refused is tried once more;
-    - ``fullgraph``: Dynamo's failure becomes a FullGraphError naming the reason and the user's line.
+    - ``fullgraph``: Dynamo's failure becomes a FullGraphError naming the reason and the user's line;
+    - ``replay`` (a module's): a call Dynamo's cache would answer runs its code directly (frontends/replay.py).
     """
     from ..frontends.mend import runtime as mend_runtime
 
@@ -177,6 +186,10 @@ def _entry(
                 return original(*args, **kwargs)
         if kwargs and any(type(v).__module__ == "numpy" for v in kwargs.values()):
             return original(*args, **kwargs)
+        if replay is not None and not kwargs:
+            out = replay(args)
+            if out is not MISS:
+                return out
         traces = mend_runtime.COND_TRACES
         try:
             try:

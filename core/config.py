@@ -25,6 +25,11 @@ OWN_OPTIONS: dict[str, tuple[type, Any, str]] = {
     ),
     "autotune_budget": (float, 0.5, "seconds of timing per graph and input shape when choosing a backend"),
     "mend": (bool, True, "rewrite graph-breaking Python (tensor if, print, .item() for logging...) before capture"),
+    "replay": (
+        bool,
+        True,
+        "a module's later calls run Dynamo's cached code directly when Dynamo's guards pass (frontends/replay.py)",
+    ),
     "isolate": (
         str,
         None,

@@ -16,8 +16,11 @@ Ten 4x4 Linear layers on a 2x4 input, one thread, under ``torch.no_grad()``:
 
 ``--model NAME`` (a bench zoo model) asks where torchmux's ONNX Runtime backend loses to ONNX Runtime
 used directly on a real model: it times the direct path, the same session torchmux built called on
-its own, that session behind Dynamo alone (a Dynamo backend that calls it: the floor of any
-Dynamo-based system, torch.compile included), and torchmux's call. Dynamo's per-call cost grows with
+its own, torchmux's own layers around it with no Dynamo (what a call that skipped Dynamo would cost:
+a module call, a check of the inputs' specs, grad mode and ``training`` flags, the frozen weights'
+check and the verify policy), that session behind Dynamo alone (a Dynamo backend that calls it: the
+floor of any Dynamo-based system, torch.compile included), the same with Dynamo's guards filtered out
+(unsafe; only to split Dynamo's floor into its guards and the rest), and torchmux's call. Dynamo's per-call cost grows with
 the model's guards (one per parameter, module attribute, config value) and, after a run that walked
 megabytes of weights, with the CPU cache misses its guard tree and frames then take: ~20 us between
 back-to-back calls, ~100 us (ResNet) to ~200 us (T5) after a real model's run.
@@ -121,9 +124,13 @@ def zoo_floor(name: str, batch: int, calls: int, rounds: int) -> dict[str, float
     model, args = build(name, batch)
     direct = make_compiled(ONNX_EXPORT, model, threads=1)
     compiled = torchmux.compile(model, backend="onnxruntime", options={"onnxruntime.intra_op_num_threads": 1})
+    no_replay = torchmux.compile(
+        model, backend="onnxruntime", options={"onnxruntime.intra_op_num_threads": 1, "replay": False}
+    )
     with torch.no_grad():
         direct(*args)
         compiled(*args)
+        no_replay(*args)
         runner, runner_args = _runner_of(compiled, args)
         (frozen,) = runner._fns.values()  # FrozenCall around the Guard around the OrtGraph
         session, user = frozen.fn.fn, frozen._user(runner_args)
@@ -133,16 +140,51 @@ def zoo_floor(name: str, batch: int, calls: int, rounds: int) -> dict[str, float
 
         behind_dynamo = torch.compile(model, backend=floor_backend)
         behind_dynamo(*args)
+        unguarded = torch.compile(model, backend=floor_backend, options={"guard_filter_fn": _no_guards})
+        unguarded(*args)
         return interleaved(
             {
                 "onnxruntime direct": lambda: direct(*args),
                 "torchmux's session alone": lambda: session(*user),
+                "torchmux's layers, no Dynamo": _without_dynamo(model, args, frozen, runner_args),
                 "the session behind Dynamo": lambda: behind_dynamo(*args),
+                "  same, Dynamo's guards off": lambda: unguarded(*args),
                 "torchmux onnxruntime": lambda: compiled(*args),
+                "  same, replay off": lambda: no_replay(*args),
             },
             calls,
             rounds,
         )
+
+
+def _no_guards(entries: Sequence[Any]) -> list[bool]:
+    return [False] * len(entries)  # unsafe: for measuring what Dynamo's guards cost, nothing else
+
+
+def _without_dynamo(
+    model: torch.nn.Module, args: Sequence[Any], frozen: Any, runner_args: Sequence[Any]
+) -> Callable[[], Any]:
+    """What a call would cost with torchmux's own layers (frozen weights' check, verify policy, session)
+    and no Dynamo under them: the module's ``__call__`` (hooks and all), a check of each input's
+    shape, dtype and strides and of grad mode, every submodule's ``training`` flag, then the frozen call
+    on the arguments Dynamo passed (the weights, then the input). A measurement of a design, not one."""
+    specs = [(a.shape, a.dtype, a.stride()) for a in args]
+    modules = list(model.modules())
+    training = [m.training for m in modules]
+    grad = torch.is_grad_enabled()
+
+    class Replay(torch.nn.Module):
+        def forward(self, *xs: Any) -> Any:
+            if (
+                torch.is_grad_enabled() is not grad
+                or [(x.shape, x.dtype, x.stride()) for x in xs] != specs
+                or [m.training for m in modules] != training
+            ):
+                raise RuntimeError("would fall back to Dynamo")
+            return frozen(*runner_args)
+
+    replay = Replay()
+    return lambda: replay(*args)
 
 
 def _runner_of(compiled: Callable[..., Any], args: Sequence[Any]) -> tuple[Any, tuple]:
@@ -188,6 +230,7 @@ def main() -> None:
         "torch.compile": torch.compile(model),
         "torchmux inductor": torchmux.compile(model, backend="inductor"),
         "torchmux inductor, mend off": torchmux.compile(model, backend="inductor", options={"mend": False}),
+        "torchmux inductor, replay off": torchmux.compile(model, backend="inductor", options={"replay": False}),
         # unfrozen: the same Inductor code as torch.compile's (frozen, each Linear calls MKL from Python)
         "torchmux inductor, freeze off": torchmux.compile(model, backend="inductor", options={"freeze": False}),
         **_onnxruntime(model),
