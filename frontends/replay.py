@@ -68,6 +68,7 @@ class Replay:
 
     def __call__(self, args: tuple) -> Any:
         module, bind = self._module, self._bind
+        forward: Any = self._forward
         if (
             bind is None
             or module._forward_hooks
@@ -80,21 +81,21 @@ class Replay:
             or module_hooks._global_backward_pre_hooks
             or _callback() is not None  # inside a Dynamo trace, or Dynamo's own frame
             or torch._C._get_tracing_state() is not None
-            or getattr(module.forward, "__func__", None) is not self._forward
+            or getattr(module.forward, "__func__", MISS) is not forward
             or torch._dynamo.eval_frame._stance.stance != "default"
         ):
             return MISS
         f_locals = bind(module, args)
         if f_locals is None:
             return MISS
-        for entry in _entries(self._forward.__code__):
+        for entry in _entries(forward.__code__):
             if getattr(entry.backend, "compiler_fn", None) is not self._backend or not entry.guard_manager.check(
                 f_locals
             ):
                 continue
             fn = self._functions.get(entry.code, MISS)
             if fn is MISS:
-                fn = self._functions[entry.code] = _transformed(self._forward, entry.code)
+                fn = self._functions[entry.code] = _transformed(forward, entry.code)
             if fn is None:
                 return MISS
             self.hits += 1
@@ -142,7 +143,7 @@ def _binder(forward: types.FunctionType) -> Any:
     return bind
 
 
-def _transformed(forward: types.FunctionType, code: types.CodeType) -> types.FunctionType | None:
+def _transformed(forward: Any, code: types.CodeType) -> types.FunctionType | None:
     """Dynamo's transformed code for ``forward`` as a plain function, or None when it holds a graph
     break (a resume function) or does not fit ``forward``'s closure."""
     if any(name.startswith("__resume_at") for name in code.co_names) or any(
