@@ -73,14 +73,19 @@ def compile(
     isolate.prestart(config.backends, config.isolation, model)  # the trials' child starts while Dynamo captures
     retry = None
     if config.get("mend"):  # remove graph breaks from the source first (frontends/mend/)
-        from ..frontends.mend import cond_refused, mend, scoped, tracing
+        from ..frontends.mend import cond_refusals, cond_refused, mend, scoped, tracing
 
         model, _ = mend(model)
     dynamo_backend = shared_backend(config)
     compiled = torch.compile(model, backend=dynamo_backend, fullgraph=fullgraph, dynamic=dynamic)
     # torchmux's Dynamo options (and the mend pass's switches) while Dynamo traces (frontends/dynamo.py);
     # first: it rebuilds compiled.forward. Where it cannot, the switches go around each call
-    traced = isinstance(compiled, torch.nn.Module) and while_tracing(compiled, tracing if config.get("mend") else None)
+    traced = isinstance(compiled, torch.nn.Module) and while_tracing(
+        compiled,
+        tracing if config.get("mend") else None,
+        suppress=not fullgraph,  # a frame Dynamo fails on runs as plain Python, with a warning
+        handled=cond_refusals if config.get("mend") else None,  # the entry below retries those
+    )
     if config.get("mend") and traced:
         retry = cond_refused  # the entry below retries the trace torch.cond refused (as scoped() does)
     elif config.get("mend") and isinstance(compiled, torch.nn.Module):

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ..core.config import resolve
-from ..frontends.dynamo import CapturedGraph, Recorder, TorchmuxDynamoBackend
+from ..frontends.dynamo import SUPPRESSED, CapturedGraph, Recorder, TorchmuxDynamoBackend, while_tracing
 from .compile import runner_factory
 
 
@@ -152,6 +152,11 @@ def compile_recorded(model: Any, backend: Any = "auto", mend: bool = True) -> tu
 
         model, rewrites = mend_source(model)
     compiled = torch.compile(model, backend=TorchmuxDynamoBackend(runner_factory(config), recorder), dynamic=False)
+    if isinstance(compiled, torch.nn.Module):  # torchmux's Dynamo options while Dynamo traces, as compile() sets
+        from ..frontends.mend import cond_refusals
+
+        while_tracing(compiled, handled=cond_refusals if mend else None)
+    recorder.suppressed_before = len(SUPPRESSED)  # type: ignore[attr-defined]  # report() lists the frames after
     recorder.rewrites = rewrites  # type: ignore[attr-defined]  # report() lists those that fired
     return (scoped(compiled) if mend else compiled), recorder
 
@@ -210,7 +215,8 @@ _FILE_LINE = re.compile(r'File "([^"]+)", line (\d+)')
 
 def not_captured(recorder: Recorder, breaks: list[BreakReason]) -> list[BreakReason]:
     """Why code ran outside every graph, each with the user's file:line: the frames Dynamo skipped
-    (the reasons Dynamo tallied since ``compile_recorded`` that are not a recorded graph break) and the
+    (the reasons Dynamo tallied since ``compile_recorded`` that are not a recorded graph break), the
+    frames Dynamo failed on (run as plain Python: ``frontends/dynamo.py`` ``SUPPRESSED``) and the
     graphs torchmux could not normalize (they ran as Dynamo captured them)."""
     out: list[BreakReason] = []
     before = getattr(recorder, "unsupported_before", None)
@@ -231,6 +237,15 @@ def not_captured(recorder: Recorder, breaks: list[BreakReason]) -> list[BreakRea
             detail = next((x.strip() for x in message.splitlines()[1:] if x.strip().startswith("Explanation:")), "")
             out.append(
                 BreakReason(f"frame skipped by Dynamo: {first}" + (f" ({detail})" if detail else ""), filename, line)
+            )
+    for frame in SUPPRESSED[getattr(recorder, "suppressed_before", len(SUPPRESSED)) :]:
+        message = frame.reason.split(": ", 1)[-1]
+        tallied = [i for i, r in enumerate(out) if message in r.reason]
+        if tallied:  # Dynamo tallied it too (with its explanation): keep that, at the line that failed
+            out[tallied[0]] = BreakReason(out[tallied[0]].reason, frame.filename, frame.lineno)
+        else:
+            out.append(
+                BreakReason(f"frame skipped: Dynamo failed on it ({frame.reason})", frame.filename, frame.lineno)
             )
     for g in recorder.graphs:
         if g.error:

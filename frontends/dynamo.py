@@ -279,7 +279,12 @@ class TraceOptions:
                 torch._dynamo.config.record_runtime_overhead = self._saved
 
 
-def while_tracing(compiled: Any, extra: Callable[[], Any] | None = None) -> bool:
+def while_tracing(
+    compiled: Any,
+    extra: Callable[[], Any] | None = None,
+    suppress: bool = True,
+    handled: Callable[[], Callable[[BaseException], bool]] | None = None,
+) -> bool:
     """Set :class:`TraceOptions` (with ``extra``) only while Dynamo traces ``compiled`` (what
     ``torch.compile`` returned for an ``nn.Module``): they go around its Dynamo context's frame callback,
     which Dynamo calls only on a cache miss (a first call, a recompile), and its forward is rebuilt on
@@ -289,7 +294,16 @@ def while_tracing(compiled: Any, extra: Callable[[], Any] | None = None) -> bool
     False (and nothing changed) where ``compiled`` is not an ``OptimizedModule`` laid out as torch 2.x
     lays it out. The wrapper carries ``_torchdynamo_orig_backend`` as the callback did (the link Dynamo
     follows to the backend that compiled a cached graph, and to rebuild the callback under
-    ``set_stance``), so Dynamo sees the same backend through it."""
+    ``set_stance``), so Dynamo sees the same backend through it.
+
+    ``suppress`` (compile()'s ``not fullgraph``): where Dynamo itself fails on a frame (its fake tensors
+    refuse a legacy constructor, an internal error), the callback answers "skip this code" as Dynamo's
+    own ``suppress_errors`` does: the frame runs as plain Python, as eager runs it, and Dynamo does not
+    try that code again; the rest of the program is compiled as usual. The failure does not reach the
+    user's program; a :class:`TorchmuxFallbackWarning` names the frame and the line, and
+    ``torchmux.explain`` lists it (:data:`SUPPRESSED`). ``handled()``, called as a frame's trace starts,
+    gives a test of the exceptions a caller above handles itself (the mend pass retries a trace that
+    ``torch.cond`` refused): those are raised as before."""
     ctx: Any = getattr(compiled, "dynamo_ctx", None)
     callback = getattr(ctx, "callback", None)
     rebuild = getattr(compiled, "_initialize", None)
@@ -298,7 +312,13 @@ def while_tracing(compiled: Any, extra: Callable[[], Any] | None = None) -> bool
 
     def traced(*args: Any, **kwargs: Any) -> Any:
         with TraceOptions(extra):
-            return callback(*args, **kwargs)
+            caller_handles = handled() if handled is not None else None
+            try:
+                return callback(*args, **kwargs)
+            except torch._dynamo.exc.TorchDynamoException as e:
+                if not suppress or _SKIP is None or (caller_handles is not None and caller_handles(e)):
+                    raise
+                return _skip_failed_frame(e, args[0] if args else None)
 
     traced._torchdynamo_orig_backend = callback._torchdynamo_orig_backend  # type: ignore[attr-defined]  # Dynamo's link, see above
     ctx.callback = traced
@@ -348,3 +368,43 @@ class _RecompileLimitWatch:
 
 
 watch_recompile_limit = _RecompileLimitWatch.install
+
+
+@dataclass(frozen=True)
+class Suppressed:
+    """A frame Dynamo failed on, run as plain Python since (:func:`while_tracing`'s ``suppress``)."""
+
+    function: str
+    filename: str
+    lineno: int
+    reason: str  # the exception's type and first line
+
+
+#: every frame Dynamo failed on while torchmux traced, in order (explain reports those of its call)
+SUPPRESSED: list[Suppressed] = []
+
+try:  # what a frame callback returns for "run this code as plain Python from now on" (torch >= 2.6)
+    from torch._dynamo.types import ConvertFrameReturn as _SKIP
+except ImportError:  # an older torch: its failures are raised as before
+    _SKIP = None  # type: ignore[assignment,misc]
+
+
+def _skip_failed_frame(e: BaseException, frame: Any) -> Any:
+    code = getattr(frame, "f_code", None)
+    stack = [f for f in (getattr(e, "real_stack", None) or []) if "/torch/" not in f.filename]
+    if stack:
+        filename, lineno = stack[-1].filename, stack[-1].lineno or 0
+    else:
+        filename, lineno = getattr(code, "co_filename", "?"), getattr(code, "co_firstlineno", 0)
+    first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
+    entry = Suppressed(getattr(code, "co_name", "?"), filename, lineno, f"{type(e).__name__}: {first}")
+    SUPPRESSED.append(entry)
+    warnings.warn_explicit(
+        f"torchmux: Dynamo failed while capturing {entry.function} ({entry.filename}:{entry.lineno}): "
+        f"{entry.reason[:300]}. That function runs as plain Python (eagerly, not compiled); the rest of the "
+        "program is compiled as usual. torchmux.explain(model, *args) lists it.",
+        TorchmuxFallbackWarning,
+        entry.filename,
+        entry.lineno,
+    )
+    return _SKIP(skip_reason=f"torchmux: Dynamo failed on this frame ({entry.reason[:200]})")

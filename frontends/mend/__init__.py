@@ -1,6 +1,17 @@
 """The mend pass, as a package: the algorithm is described in :mod:`.pipeline`."""
 
 from .pipeline import Mended, Rewrites, mend, mend_function, mended, source_of
-from .switches import cond_refused, scoped, tracing
+from .switches import cond_refusals, cond_refused, scoped, tracing
 
-__all__ = ["Mended", "Rewrites", "cond_refused", "mend", "mend_function", "mended", "scoped", "source_of", "tracing"]
+__all__ = [
+    "Mended",
+    "Rewrites",
+    "cond_refusals",
+    "cond_refused",
+    "mend",
+    "mend_function",
+    "mended",
+    "scoped",
+    "source_of",
+    "tracing",
+]

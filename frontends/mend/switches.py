@@ -112,3 +112,11 @@ def cond_refused(e: BaseException, traces: int) -> bool:
         stacklevel=3,
     )
     return True
+
+
+def cond_refusals() -> Callable[[BaseException], bool]:
+    """For ``frontends.dynamo.while_tracing``'s ``handled``, as a frame's trace starts: a test of whether
+    an exception from that trace is a ``torch.cond`` refusal (the API's entry retries those, see
+    :func:`cond_refused`), so Dynamo's failure is raised to it instead of the frame being skipped."""
+    before = rt.COND_TRACES
+    return lambda e: bool(rt.COND and rt.COND_TRACES > before)

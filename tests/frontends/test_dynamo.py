@@ -138,6 +138,37 @@ def test_fullgraph_error_names_reason_and_line():
     assert "fullgraph=False" in message  # says what to do
 
 
+class LegacyBoxes(nn.Module):
+    """Old detection code: ``torch.FloatTensor(shape)`` then filled in place. Eager runs it; Dynamo's fake
+    tensors read the legacy constructor's size as data and fail (TorchRuntimeError) while tracing."""
+
+    def forward(self, x):
+        boxes = torch.FloatTensor(x[..., :2].shape)
+        boxes[..., 0] = x[..., 0] * 2  # the line Dynamo fails on
+        boxes[..., 1] = x[..., 1] + 1
+        return boxes.relu()
+
+
+def test_a_frame_dynamo_fails_on_runs_as_python_with_a_warning_and_explain_lists_it():
+    model, x = LegacyBoxes(), torch.randn(3, 4, 5)
+    with pytest.raises(torch._dynamo.exc.TorchDynamoException):  # torch.compile takes the program down
+        torch.compile(model, backend="eager")(x)
+    torch._dynamo.reset()
+    compiled = torchmux.compile(model, backend="eager")
+    with pytest.warns(torchmux.TorchmuxFallbackWarning, match="Dynamo failed while capturing forward") as seen:
+        out = compiled(x)
+    assert torch.equal(out, model(x))
+    line = LegacyBoxes.forward.__code__.co_firstlineno + 2
+    assert any(w.filename == __file__ and w.lineno == line for w in seen)  # at the user's line
+    assert torch.equal(compiled(x * 2), model(x * 2))  # later calls too (Dynamo skips the frame from now on)
+    report = torchmux.explain(model, x)
+    (skipped,) = report.not_captured
+    assert (skipped.filename, skipped.lineno) == (__file__, line) and "fake tensor" in skipped.reason
+    torch._dynamo.reset()
+    with pytest.raises(torchmux.FullGraphError, match=f"{__file__}:{line}"):  # fullgraph=True: an error, as asked
+        torchmux.compile(model, backend="eager", fullgraph=True)(x)
+
+
 def test_new_shapes_recompile_and_stay_correct():
     model = nn.Sequential(nn.Linear(16, 8), nn.ReLU())
     compiled = torchmux.compile(model, backend="eager")
