@@ -41,6 +41,7 @@ MISS: Any = object()
 _eval_frame: Any = getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None)
 _entries: Any = getattr(_eval_frame, "_debug_get_cache_entry_list", None)  # a code's cache entries, in order
 _callback: Any = getattr(_eval_frame, "get_eval_frame_callback", None)  # None outside Dynamo's frames
+_dynamo_eval: Any = torch._dynamo.eval_frame  # its ._stance: torch.compiler.set_stance's (rebound by each call)
 
 
 class Replay:
@@ -64,7 +65,7 @@ class Replay:
     @staticmethod
     def available() -> bool:
         """Whether this torch has what replay reads (its cache entries, the eval-frame callback)."""
-        return _entries is not None and _callback is not None
+        return _entries is not None and _callback is not None and hasattr(getattr(_dynamo_eval, "_stance", None), "stance")
 
     def __call__(self, args: tuple) -> Any:
         module, bind = self._module, self._bind
@@ -82,7 +83,7 @@ class Replay:
             or _callback() is not None  # inside a Dynamo trace, or Dynamo's own frame
             or torch._C._get_tracing_state() is not None
             or getattr(module.forward, "__func__", MISS) is not forward
-            or torch._dynamo.eval_frame._stance.stance != "default"
+            or _dynamo_eval._stance.stance != "default"
         ):
             return MISS
         f_locals = bind(module, args)
