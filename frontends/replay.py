@@ -65,7 +65,9 @@ class Replay:
     @staticmethod
     def available() -> bool:
         """Whether this torch has what replay reads (its cache entries, the eval-frame callback)."""
-        return _entries is not None and _callback is not None and hasattr(getattr(_dynamo_eval, "_stance", None), "stance")
+        return (
+            _entries is not None and _callback is not None and hasattr(getattr(_dynamo_eval, "_stance", None), "stance")
+        )
 
     def __call__(self, args: tuple) -> Any:
         module, bind = self._module, self._bind
