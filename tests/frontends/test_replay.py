@@ -50,6 +50,16 @@ def _compile(model: nn.Module, **options) -> nn.Module:
     return torchmux.compile(model, backend="eager", options={"verify": "off", **options})
 
 
+def _warmed() -> tuple[nn.Module, torch.Tensor, nn.Module, Replay]:
+    """A Scaled model compiled and called twice under no_grad (the second call a replayed hit)."""
+    torch.manual_seed(0)
+    model, x = Scaled().eval(), torch.randn(4, 8)
+    compiled = _compile(model)
+    with torch.no_grad():
+        compiled(x), compiled(x)
+    return model, x, compiled, _replay_of(compiled)
+
+
 def test_a_cache_hit_replays_and_answers_as_dynamo_does() -> None:
     torch.manual_seed(0)
     model, x = Scaled().eval(), torch.randn(4, 8)
@@ -69,12 +79,7 @@ def test_a_cache_hit_replays_and_answers_as_dynamo_does() -> None:
 
 
 def test_what_the_answer_depends_on_changes_and_replay_follows_dynamos_guards() -> None:
-    torch.manual_seed(0)
-    model, x = Scaled().eval(), torch.randn(4, 8)
-    compiled = _compile(model)
-    with torch.no_grad():
-        compiled(x), compiled(x)
-    replay = _replay_of(compiled)
+    model, x, compiled, replay = _warmed()
     hits = replay.hits
     model.scale = 3.0  # a Python attribute the trace read: Dynamo's guard fails, it traces again
     with torch.no_grad():
@@ -93,12 +98,7 @@ def test_what_the_answer_depends_on_changes_and_replay_follows_dynamos_guards() 
 
 
 def test_hooks_other_stances_and_an_enclosing_trace_go_through_dynamo() -> None:
-    torch.manual_seed(0)
-    model, x = Scaled().eval(), torch.randn(4, 8)
-    compiled = _compile(model)
-    with torch.no_grad():
-        compiled(x), compiled(x)
-    replay = _replay_of(compiled)
+    model, x, compiled, replay = _warmed()
     hits = replay.hits
     seen = []
     handle = model.register_forward_hook(lambda m, args, out: seen.append(out.shape))
