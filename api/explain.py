@@ -8,6 +8,7 @@ the autotuner chose for it.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,8 @@ import torch
 
 from ..core.config import resolve
 from ..frontends.dynamo import SUPPRESSED, CapturedGraph, Recorder, TorchmuxDynamoBackend, while_tracing
+from ..frontends.mend import runtime as mend_runtime
+from ..frontends.mend.runtime import DATA_DEPENDENT_IF
 from .compile import runner_factory
 
 
@@ -100,14 +103,21 @@ def _op_name(target: Any) -> str:
     return getattr(target, "__name__", None) or str(target)
 
 
+_MEND_DIR = os.path.dirname(os.path.abspath(mend_runtime.__file__)) + os.sep
+
+
 def break_reasons_of(graphs: list[CapturedGraph]) -> list[BreakReason]:
     deduped: dict[str, BreakReason] = {}
     for g in graphs:
         r = g.break_reason
         if r is None or not getattr(r, "graph_break", False) or not r.user_stack:
             continue
-        frame = r.user_stack[-1]
-        deduped[repr(frame)] = BreakReason(r.reason, frame.filename, frame.lineno or 0, frame.line or "")
+        # the user's innermost frame: the mend pass's runtime helpers (frontends/mend/) are not the user's code
+        frames = [f for f in r.user_stack if not f.filename.startswith(_MEND_DIR)] or r.user_stack
+        frame, reason = frames[-1], r.reason
+        if frame is not r.user_stack[-1] and "ComptimeContext graph break" in reason:
+            reason = DATA_DEPENDENT_IF  # the one break the mend runtime makes itself
+        deduped[repr(frame)] = BreakReason(reason, frame.filename, frame.lineno or 0, frame.line or "")
     return list(deduped.values())
 
 

@@ -421,8 +421,36 @@ def _count_cond() -> None:
     COND_TRACES += 1
 
 
+#: the break :func:`_on_data_dependent_size` makes, as ``torchmux.explain`` words it (at the user's if)
+DATA_DEPENDENT_IF = (
+    "an if on a data-dependent size branches in Python: torch.cond cannot take branches that use tensors "
+    "of that size (torch.where is used where both sides can run)"
+)
+
+
+def _on_data_dependent_size(ctx: Any) -> None:
+    """While Dynamo traces :func:`cond`: a predicate that tests a data-dependent size (``data_test`` of
+    ``t[mask].size(0) == 0``) breaks the graph here, and the if runs in Python (the plain if below, as
+    eager runs it). ``torch.cond`` refuses such branches (they close over tensors of that size: torch 2.13
+    "could not guard on Eq(5*u0, 0)"), and a refused trace costs a whole second trace of the frame (the
+    entry's retry, with every rewritten if in Python from then on): the same graphs, half the capture."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    try:
+        node = ctx.get_local("p").as_proxy().node
+    except Exception:  # noqa: BLE001 -- not a traced tensor: nothing to decide here
+        return
+    if node.target is torch.scalar_tensor and node.args:
+        source = node.args[0]
+        value = source.meta.get("example_value") if isinstance(source, torch.fx.Node) else source
+        if isinstance(value, torch.SymBool) and free_unbacked_symbols(value):
+            ctx.graph_break(DATA_DEPENDENT_IF)
+
+
 def cond(p: torch.Tensor, true_fn: Callable[[], Any], false_fn: Callable[[], Any]) -> Any:
     """``torch.cond`` when Dynamo traces; a plain if when Python runs the code (eagerly)."""
+    if COND and torch.compiler.is_compiling():
+        comptime(_on_data_dependent_size)
     if COND and torch.compiler.is_compiling():
         comptime(lambda ctx: _count_cond())
         return torch.cond(as_bool(p), lambda: fresh(true_fn()), lambda: fresh(false_fn()), ())

@@ -1,6 +1,7 @@
 """Capture coverage on real research code: ParityBench's modules, torchmux against Dynamo.
 
-    python tests/corpus/paritybench.py DIR [--jobs 2] [--timeout 300] [-k NAME] [-v] [--json OUT]
+    python tests/corpus/paritybench.py DIR [--jobs 2] [--timeout 600] [-k NAME] [-v] [--json OUT]
+    python tests/corpus/paritybench.py --report OUT [-v]     # the report of a saved run
 
 ``DIR`` holds ParityBench's generated files (``generated/test_<user>_<repo>.py`` in the repository
 ``jansel/pytorch-jit-paritybench``): each is one public repository's ``nn.Module`` classes, copied as
@@ -13,7 +14,8 @@ file that takes over ``--timeout`` seconds is counted as what it finished). For 
 builds it in eval mode under a fixed seed, runs it eagerly twice, and then, like ``coverage.py``
 does for the corpus, captures it with ``torch._dynamo.explain`` and with torchmux's explain machinery
 (the mend pass on), both on the eager backend, and compares each captured run with eager's (outputs,
-printed text, exceptions; ``harness.py``). Modules that fail eagerly, whose two eager runs differ
+printed text, exceptions; ``harness.py``); a capture that raises where eager ran counts as a wrong
+answer with no graph. Modules that fail eagerly, whose two eager runs differ
 (random draws outside the seed) or that return no tensor are left out, as ParityBench leaves them
 out: what is left is the denominator. Imports the machine lacks (TensorFlow, torchtext, ...) are
 served as ``MagicMock`` modules while a file loads, so the modules that do not use them still count.
@@ -264,7 +266,11 @@ def _measure(program: Any) -> dict[str, Any]:
         return {"status": "no-tensor-output"}
     record: dict[str, Any] = {"status": "ok"}
     for mode in ("dynamo", "torchmux"):
-        r = run(program, mode)
+        try:
+            r = run(program, mode)
+        except Exception as e:  # the capture itself raised where eager ran: no graph, and a wrong answer
+            record[mode] = {"graphs": 0, "breaks": 0, "correct": False, "why": f"raised {e!r}"[:200], "raised": True}
+            continue
         record[mode] = {
             "graphs": r.graphs,
             "breaks": r.breaks,
@@ -279,8 +285,14 @@ def _measure(program: Any) -> dict[str, Any]:
     return record
 
 
+def _counts(result: dict[str, Any]) -> str:
+    if result.get("raised"):
+        return "RAISED"
+    return f"{result['graphs']}g/{result['breaks']}b" + ("" if result["correct"] else " WRONG")
+
+
 def _full(result: dict[str, Any]) -> bool:
-    return result["graphs"] <= 1 and result["breaks"] == 0
+    return result["graphs"] <= 1 and result["breaks"] == 0 and not result.get("raised")
 
 
 def _break_reasons(program: Any) -> list[str]:
@@ -328,10 +340,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-k", default="", help="only files whose name contains this")
     parser.add_argument("-v", "--verbose", action="store_true", help="one line per module")
     parser.add_argument("--json", help="also write every module's record to this file (JSON lines)")
+    parser.add_argument("--report", help="print the report of records a --json run wrote (JSON lines), measure nothing")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     ns = parser.parse_args(argv)
     if ns.child:
         child(ns.child, ns.module_timeout)
+        return 0
+    if ns.report:
+        with open(ns.report) as f:
+            saved = [json.loads(line) for line in f if line.strip()]
+        report(saved, len({r["repo"] for r in saved}), ns.verbose)
         return 0
     if not ns.dir or not os.path.isdir(ns.dir):
         parser.error("give the folder of ParityBench's generated files (its 'generated' folder, or a copy of some)")
@@ -358,17 +376,15 @@ def report(records: list[dict[str, Any]], files: int, verbose: bool = False) -> 
             if r["status"] != "ok":
                 print(f"  {r['repo']:50} {r['module']:34} {r['status']} {r.get('why', '')[:100]}")
                 continue
-            d, m = r["dynamo"], r["torchmux"]
+            d, m = (_counts(r[mode]) for mode in ("dynamo", "torchmux"))
             print(
-                f"  {r['repo']:50} {r['module']:34} dynamo {d['graphs']}g/{d['breaks']}b"
-                f"{'' if d['correct'] else ' WRONG'}  torchmux {m['graphs']}g/{m['breaks']}b"
-                f"{'' if m['correct'] else ' WRONG'}  {'; '.join(r.get('reasons', []))[:160]}"
+                f"  {r['repo']:50} {r['module']:34} dynamo {d}  torchmux {m}  {'; '.join(r.get('reasons', []))[:160]}"
             )
     if not ok:
         return
     repos = sorted({r["repo"] for r in ok})
     print(f"{'':10}{'modules full-graph':>22}{'repos all full-graph':>24}{'wrong outputs':>16}{'capture (s)':>14}")
-    empty = sum(r["dynamo"]["graphs"] == 0 and r["dynamo"]["breaks"] == 0 for r in ok)
+    empty = sum(r["dynamo"]["graphs"] == 0 and _full(r["dynamo"]) for r in ok)
     print(f"(no tensor op to capture, no break: {empty} modules, counted as full-graph for both)")
     for mode in ("dynamo", "torchmux"):
         full = [r for r in ok if _full(r[mode])]
@@ -379,7 +395,16 @@ def report(records: list[dict[str, Any]], files: int, verbose: bool = False) -> 
             f"{mode:10}{f'{len(full)}/{len(ok)} {100 * len(full) / len(ok):.1f}%':>22}"
             f"{f'{len(full_repos)}/{len(repos)} {100 * len(full_repos) / len(repos):.1f}%':>24}{wrong:>16}{seconds:>14.1f}"
         )
-    worse = [f"{r['repo']}/{r['module']}" for r in ok if r["torchmux"]["breaks"] > r["dynamo"]["breaks"]]
+    worse = [
+        f"{r['repo']}/{r['module']}"
+        for r in ok
+        if r["torchmux"].get("raised")
+        or (r["torchmux"]["breaks"] > r["dynamo"]["breaks"] and not r["dynamo"].get("raised"))
+    ]
+    raised = {m: [f"{r['repo']}/{r['module']}" for r in ok if r[m].get("raised")] for m in ("dynamo", "torchmux")}
+    print(
+        f"captures that raised where eager ran: Dynamo {raised['dynamo'] or 'none'}; torchmux {raised['torchmux'] or 'none'}"
+    )
     print(f"modules where torchmux has more breaks than Dynamo: {worse or 'none'}")
     wrong = [f"{r['repo']}/{r['module']}: {r['torchmux']['why'][:80]}" for r in ok if not r["torchmux"]["correct"]]
     print(f"modules where torchmux's output differs from eager's: {wrong or 'none'}")
