@@ -248,6 +248,10 @@ def not_captured(recorder: Recorder, breaks: list[BreakReason]) -> list[BreakRea
             out.append(
                 BreakReason(f"frame skipped by Dynamo: {first}" + (f" ({detail})" if detail else ""), filename, line)
             )
+        if 0 < skipped < len(out):  # Dynamo tallied more reasons than frames it skipped: one entry a frame
+            last = out[skipped - 1]
+            merged = "; then ".join(r.reason.removeprefix("frame skipped by Dynamo: ") for r in out[skipped - 1 :])
+            out[skipped - 1 :] = [BreakReason(f"frame skipped by Dynamo: {merged}", last.filename, last.lineno)]
     for frame in SUPPRESSED[getattr(recorder, "suppressed_before", len(SUPPRESSED)) :]:
         message = frame.reason.split(": ", 1)[-1]
         tallied = [i for i, r in enumerate(out) if message in r.reason]

@@ -65,8 +65,10 @@ def _mock_missing_imports(source: str) -> None:
             names.update(a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names.add(node.module.split(".")[0])
-    # tensorboard: imported through torch.utils.tensorboard, which only a log writer needs
-    for name in sorted((names | {"tensorboard", "tensorboardX"}) - {"_paritybench_helpers"}):
+    # TensorBoard: torch.utils.tensorboard imports it and checks its version; only a log writer needs it
+    if importlib.util.find_spec("tensorboard") is None:
+        sys.modules.setdefault("torch.utils.tensorboard", _mock_module("torch.utils.tensorboard"))
+    for name in sorted((names | {"tensorboardX"}) - {"_paritybench_helpers"}):
         if name not in sys.modules and importlib.util.find_spec(name) is None:
             sys.modules[name] = _mock_module(name)
 
