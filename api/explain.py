@@ -104,6 +104,7 @@ def _op_name(target: Any) -> str:
 
 
 _MEND_DIR = os.path.dirname(os.path.abspath(mend_runtime.__file__)) + os.sep
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
 
 def break_reasons_of(graphs: list[CapturedGraph]) -> list[BreakReason]:
@@ -112,8 +113,9 @@ def break_reasons_of(graphs: list[CapturedGraph]) -> list[BreakReason]:
         r = g.break_reason
         if r is None or not getattr(r, "graph_break", False) or not r.user_stack:
             continue
-        # the user's innermost frame: the mend pass's runtime helpers (frontends/mend/) are not the user's code
-        frames = [f for f in r.user_stack if not f.filename.startswith(_MEND_DIR)] or r.user_stack
+        # the user's innermost frame: torch's own files (its polyfills, nn.Module's call) and the mend
+        # pass's runtime helpers (frontends/mend/) are not the user's code
+        frames = [f for f in r.user_stack if not f.filename.startswith((_MEND_DIR, _TORCH_DIR))] or r.user_stack
         frame, reason = frames[-1], r.reason
         if frame is not r.user_stack[-1] and "ComptimeContext graph break" in reason:
             reason = DATA_DEPENDENT_IF  # the one break the mend runtime makes itself
