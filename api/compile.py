@@ -8,6 +8,7 @@ and normalizes each graph into the IR (``core/ir.py``), and hands it to the auto
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +18,7 @@ import torch
 from ..autotune import isolate
 from ..autotune.runner import GraphRunner
 from ..core import settings
+from ..core.backend import prepare_in_background
 from ..core.config import CompileConfig, resolve
 from ..core.errors import BadArgumentError, FullGraphError
 from ..frontends.dynamo import TorchmuxDynamoBackend, watch_recompile_limit, while_tracing
@@ -71,6 +73,9 @@ def compile(
     settings.REMOTE_CACHE.get()  # a malformed TORCHMUX_REMOTE_CACHE is refused here, not at the first call
     watch_recompile_limit()  # Dynamo's silent switch to eager past its limit becomes a warning
     isolate.prestart(config.backends, config.isolation, model)  # the trials' child starts while Dynamo captures
+    # so do the backends' first-compile waits (a plugin's prepare() only when its trials are not isolated)
+    trusted = [b for b in config.backends if config.isolation == "off" or not isolate.wanted(b, "third-party")]
+    prepare_in_background(trusted, _device_of(model))
     retry = None
     if config.get("mend"):  # remove graph breaks from the source first (frontends/mend/)
         from ..frontends.mend import cond_refusals, cond_refused, mend, scoped, tracing
@@ -98,6 +103,14 @@ def compile(
         compiled.forward = _entry(compiled.forward, model.forward, retry, fullgraph, replay)  # type: ignore[union-attr]
         return compiled
     return functools.wraps(model)(_entry(compiled, model, retry, fullgraph))
+
+
+def _device_of(model: Any) -> str:
+    """The device type of a module's first weight (where its graphs will most likely run), else "cpu"."""
+    if isinstance(model, torch.nn.Module):
+        for t in itertools.chain(model.parameters(), model.buffers()):
+            return t.device.type
+    return "cpu"
 
 
 def runner_factory(config: CompileConfig) -> Callable[[Any], GraphRunner]:

@@ -63,6 +63,7 @@ import torch
 
 from ..core import settings
 from ..core.artifacts import atomic_write
+from ..core.backend import prepare_in_background
 from ..core.errors import TorchmuxFallbackWarning
 from ..core.ir import GraphIR
 from ..core.registry import get_registry
@@ -369,7 +370,10 @@ def _serve() -> None:
 
     from . import placement, verify  # noqa: F401
 
-    get_registry()
+    registry = get_registry()
+    own = [registry.get(n) for n in registry.names if registry.package_of(n) == "torchmux"]
+    for device in ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]:
+        prepare_in_background(own, device)  # a plugin's prepare() could kill the child and be blamed on a trial
     idle = settings.TRIAL_CHILD_IDLE.get()
     print("up", file=proto, flush=True)
     # until the parent is gone, or idle: then exit and give the memory back (the parent starts a new child)

@@ -47,6 +47,15 @@ class InductorBackend(extend.Backend):
         Inductor's regions."""
         return node.target is not getattr(torch.ops.higher_order, "while_loop", None) and super().supports(node)
 
+    def prepare(self, device: str) -> None:
+        """On the CPU, Inductor's first compile in a process probes which vector ISA the CPU runs: it
+        builds a test kernel and loads it in a Python subprocess (~1 s here, paid by a warm start too,
+        whose graph is in Inductor's cache). Probed here, that wait overlaps Dynamo's capture."""
+        if device == "cpu":
+            from torch._inductor import cpu_vec_isa
+
+            cpu_vec_isa.pick_vec_isa()  # cached for the process
+
     def compile(self, request: extend.CompileRequest) -> extend.CompiledGraph:
         config_patches: dict = {}
         if request.mode in ("max-autotune", "max-autotune-no-cudagraphs"):

@@ -46,6 +46,8 @@ from .run import (
     INDUCTOR_FREEZING,
     ONNX_EXPORT,
     THREAD_ENV,
+    WARM_CALLS,
+    WARM_SECONDS,
 )
 from .varying import MODELS as VARYING_MODELS
 from .zoo import ZOO
@@ -306,6 +308,8 @@ def latency_run(
         for ev in lines:
             if ev["event"] in ("compiled", "failed"):
                 found[ev["system"]] = dict(ev)
+            elif ev["event"] == "warmed":
+                found[ev["system"]]["warm_up_calls"] = ev["calls"]
             elif ev["event"] == "samples":
                 found[ev["system"]]["samples"] = ev["samples"]
         if lines and lines[-1]["event"] == "done":
@@ -388,6 +392,7 @@ def run_bench(
             "models": models,
             "batch_size": args.batch_size,
             "rounds": args.rounds,
+            "warm_up": {"calls": WARM_CALLS, "seconds_at_most": WARM_SECONDS},
             "systems": systems,
             "skipped_systems": skipped,
             "timeout_s": args.timeout,

@@ -19,6 +19,8 @@ from .zoo import ZOO
 MEASURES = {
     "latency_ms": "wall time per call in the latency process (CUDA synchronized); median, quartiles q1/q3, min, max "
     "over rounds; every round times every system once, in a new (seeded random) order",
+    "warm_up_calls": "untimed calls before the rounds (the steady state of a loop; a torchmux system's verify "
+    "checks of calls 1, 2, 4, ..., 256 fall among them, not in the rounds)",
     "speedup_vs_eager": "eager median latency / this system's median latency (same process, same rounds)",
     "speedup_vs_inductor": "torch.compile (Inductor) median latency / this system's",
     "compile_s.cold": "first call (compile included) in a fresh process with empty compile caches",
@@ -59,6 +61,7 @@ def assemble(
                 latency_ms=_stats(lat["samples"]),
                 samples_ms=[x * 1e3 for x in lat["samples"]],
                 calls_per_sample=lat["calls_per_sample"],
+                warm_up_calls=lat.get("warm_up_calls", 0),
                 matches_eager=lat["matches"],
                 max_abs_diff=lat["max_abs_diff"],
                 mismatch=lat["mismatch"],

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -18,6 +20,8 @@ import torch
 import torch.fx as fx
 
 from .ir import GraphIR, op_name
+
+_log = logging.getLogger("torchmux")
 
 __all__ = [
     "CONTRACT_VERSION",
@@ -210,6 +214,41 @@ class Backend:
         """Compile ``request.ir`` into a callable. Raise any exception to say it cannot: torchmux records
         it as a failed candidate and falls back; it never reaches the user."""
         raise NotImplementedError
+
+    def prepare(self, device: str) -> None:
+        """Optional: do now what this backend's first compile on ``device`` would otherwise wait for in
+        this process (probing the CPU, loading a library). ``torchmux.compile`` calls it once per process
+        and device, in a background thread, while Dynamo captures the model: torchmux's own backends', and
+        a plugin's only with ``isolate="off"`` (its code has not proved itself in a trial child yet); the
+        trial child prepares torchmux's own while it waits for its first trial. It must be safe beside a
+        compile of this backend
+        in another thread; anything it raises is logged and ignored. Work that holds the GIL (importing,
+        building tables in Python) gains nothing here: only waiting (a subprocess, I/O) overlaps."""
+
+
+_PREPARED: set[tuple[str, str]] = set()
+_PREPARING = threading.Lock()
+
+
+def prepare_in_background(backends: Sequence[Any], device: str) -> threading.Thread | None:
+    """Run each backend's :meth:`Backend.prepare` for ``device`` in one daemon thread, each backend once
+    per process and device; the thread (None when there was nothing to do)."""
+    with _PREPARING:
+        todo = [b for b in backends if callable(getattr(b, "prepare", None)) and (b.name, device) not in _PREPARED]
+        _PREPARED.update((b.name, device) for b in todo)
+    if not todo:
+        return None
+
+    def run() -> None:
+        for b in todo:
+            try:
+                b.prepare(device)
+            except Exception as e:  # noqa: BLE001 -- a head start, never a failure: the compile does it again
+                _log.debug("torchmux: %s.prepare(%r) failed: %s", b.name, device, e)
+
+    thread = threading.Thread(target=run, name="torchmux-prepare", daemon=True)
+    thread.start()
+    return thread
 
 
 #: auto does not compile a candidate whose estimate is this many times the best candidate's estimate

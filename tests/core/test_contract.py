@@ -4,6 +4,7 @@ phases, granularity, options schema, cost estimates, kernel_count, and what expl
 from __future__ import annotations
 
 import sys
+import threading
 
 import pytest
 import torch
@@ -242,3 +243,56 @@ def test_unknown_backend_from_a_broken_TORCHMUX_PLUGINS_module_says_it_is_broken
     assert "No module named 'no_such_library_for_numpy_backend'" in message
     assert "pip-installed" not in message
     sys.modules.pop("numpy_backend_plugin", None)
+
+
+# ---- prepare ------------------------------------------------------------------------------------
+
+
+class _Preparing(_Recording):
+    def prepare(self, device):
+        self.prepared.append((device, threading.current_thread().name))
+        if self.fail:
+            raise RuntimeError("no library here")
+
+
+def _wait_for_prepare():
+    for thread in threading.enumerate():
+        if thread.name == "torchmux-prepare":
+            thread.join()
+
+
+def test_compile_prepares_each_backend_once_per_process_in_the_background_and_ignores_failures(use):
+    ok = use(_Preparing("prep_ok", prepared=[], fail=False, ops=MUL_ADD))
+    bad = use(_Preparing("prep_bad", prepared=[], fail=True, ops=MUL_ADD))
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    for _ in range(2):  # a second compile in the same process prepares nothing again
+        f = torchmux.compile(f_mul_add_sum, backend=["prep_ok", "prep_bad"], options={"isolate": "off"})
+        _wait_for_prepare()
+        torch.testing.assert_close(f(x, y), f_mul_add_sum(x, y))  # the failed prepare changed nothing
+    assert ok.prepared == [("cpu", "torchmux-prepare")] and bad.prepared == [("cpu", "torchmux-prepare")]
+
+
+def test_a_pip_installed_plugins_prepare_runs_in_the_users_process_only_when_its_trials_are_not_isolated():
+    example = pytest.importorskip(
+        "torchmux_example_plugin", reason="pip install -e tests/plugins/torchmux-example-plugin"
+    )
+    from torchmux.core import backend
+
+    backend._PREPARED.discard(("example", "cpu"))
+    example.PREPARED.clear()
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    torchmux.compile(f_mul_add_sum, backend="example", options={"isolate": "third-party"})(x, y)
+    _wait_for_prepare()
+    assert example.PREPARED == []  # its code runs in the trial child first
+    torchmux.compile(f_mul_add_sum, backend="example", options={"isolate": "off"})
+    _wait_for_prepare()
+    assert example.PREPARED == ["cpu"]
+
+
+def test_inductor_prepare_probes_the_cpu_so_its_first_compile_does_not():
+    from torch._inductor import cpu_vec_isa
+
+    from torchmux.backends.inductor import InductorBackend
+
+    InductorBackend().prepare("cpu")
+    assert cpu_vec_isa.valid_vec_isa_list.cache_info().currsize == 1  # the probe's answer, kept for the process

@@ -11,6 +11,7 @@ import torch
 import torchmux
 
 CALLS = {"count": 0}  # how many times a graph compiled here ran (the tests read it)
+PREPARED: list[str] = []  # the devices prepare() was called for in this process (the tests read it)
 
 
 class ExampleBackend(torchmux.Backend):
@@ -23,6 +24,9 @@ class ExampleBackend(torchmux.Backend):
         {"aten.add.Tensor", "aten.mul.Tensor", "aten.relu.default", "aten.sigmoid.default", "aten.tanh.default"}
     )
     auto = False  # an interpreter is never the fastest; run it only when asked by name
+
+    def prepare(self, device: str) -> None:
+        PREPARED.append(device)  # a real plugin would load its library here
 
     def compile(self, request: torchmux.CompileRequest) -> torchmux.CompiledGraph:
         gm = request.ir.gm
