@@ -21,6 +21,7 @@ from ..core import settings
 from ..core.backend import prepare_in_background
 from ..core.config import CompileConfig, resolve
 from ..core.errors import BadArgumentError, FullGraphError
+from ..core.userframe import in_torch
 from ..frontends.dynamo import TorchmuxDynamoBackend, watch_recompile_limit, while_tracing
 from ..frontends.replay import MISS, Replay
 
@@ -156,13 +157,13 @@ def torchmux_dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list[Any],
 def _fullgraph_message(e: BaseException) -> str:
     text = str(e)
     where = ""
-    frames = [f for f in (getattr(e, "real_stack", None) or []) if "/torch/" not in f.filename]
+    frames = [f for f in (getattr(e, "real_stack", None) or []) if not in_torch(f.filename)]
     if frames:
         f = frames[-1]
         where = f"{f.filename}:{f.lineno}" + (f" ({f.line.strip()})" if f.line else "")
     else:
         found = re.findall(r'File "([^"]+)", line (\d+)', text)
-        user = [(p, n) for p, n in found if "/torch/" not in p]
+        user = [(p, n) for p, n in found if not in_torch(p)]
         if user:
             where = f"{user[-1][0]}:{user[-1][1]}"
     reason = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(e).__name__)

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ..core.config import resolve
+from ..core.userframe import in_torch
 from ..frontends.dynamo import SUPPRESSED, CapturedGraph, Recorder, TorchmuxDynamoBackend, while_tracing
 from ..frontends.mend import runtime as mend_runtime
 from ..frontends.mend.runtime import DATA_DEPENDENT_IF
@@ -104,7 +105,6 @@ def _op_name(target: Any) -> str:
 
 
 _MEND_DIR = os.path.dirname(os.path.abspath(mend_runtime.__file__)) + os.sep
-_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
 
 def break_reasons_of(graphs: list[CapturedGraph]) -> list[BreakReason]:
@@ -115,7 +115,9 @@ def break_reasons_of(graphs: list[CapturedGraph]) -> list[BreakReason]:
             continue
         # the user's innermost frame: torch's own files (its polyfills, nn.Module's call) and the mend
         # pass's runtime helpers (frontends/mend/) are not the user's code
-        frames = [f for f in r.user_stack if not f.filename.startswith((_MEND_DIR, _TORCH_DIR))] or r.user_stack
+        frames = [
+            f for f in r.user_stack if not (f.filename.startswith(_MEND_DIR) or in_torch(f.filename))
+        ] or r.user_stack
         frame, reason = frames[-1], r.reason
         if frame is not r.user_stack[-1] and "ComptimeContext graph break" in reason:
             reason = DATA_DEPENDENT_IF  # the one break the mend runtime makes itself

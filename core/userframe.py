@@ -14,7 +14,17 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 _SKIP_MODULES = ("torch", "torchmux", "threading", "contextlib", "functools", "importlib", "pluggy")
+#: torch's installed package folder, with a trailing separator
+TORCH_DIR = os.path.dirname(os.path.abspath(str(torch.__file__))) + os.sep
+
+
+def in_torch(filename: str) -> bool:
+    """Whether ``filename`` (a code object's or a traceback's) is one of torch's own files: its polyfills,
+    ``nn.Module``'s call, Dynamo. The one test every "the user's line, not torch's" walk uses."""
+    return os.path.abspath(filename).startswith(TORCH_DIR)
 
 
 @dataclass(frozen=True)
@@ -34,7 +44,7 @@ def user_location() -> Location | None:
         if (
             module.split(".")[0] not in _SKIP_MODULES
             and not name.startswith("<")
-            and os.sep + "torch" + os.sep not in name
+            and not in_torch(name)
             and os.path.isfile(name)
         ):
             return Location(name, frame.f_lineno, module, frame.f_globals)

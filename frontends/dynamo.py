@@ -29,6 +29,7 @@ import torch.fx as fx
 from ..core.errors import TorchmuxFallbackWarning
 from ..core.ir import GraphIR
 from ..core.registry import get_registry
+from ..core.userframe import in_torch
 
 #: what the API layer passes in: a normalized graph -> the callable that runs it
 Place = Callable[[GraphIR], Callable[..., Any]]
@@ -391,7 +392,7 @@ except ImportError:  # an older torch: its failures are raised as before
 
 def _skip_failed_frame(e: BaseException, frame: Any) -> Any:
     code = getattr(frame, "f_code", None)
-    stack = [f for f in (getattr(e, "real_stack", None) or []) if "/torch/" not in f.filename]
+    stack = [f for f in (getattr(e, "real_stack", None) or []) if not in_torch(f.filename)]
     if stack:
         filename, lineno = stack[-1].filename, stack[-1].lineno or 0
     else:

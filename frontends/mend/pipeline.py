@@ -57,12 +57,12 @@ from typing import Any
 
 import torch
 
+from ...core.userframe import in_torch
 from . import attrs, rnn
 from . import runtime as rt
 from .analysis import RT, TYPE_PARAMS, Context, names_stored, pure_forward
 from .statements import rewrite
 
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep  # torchmux.frontends.mend: the runtime helpers
 _PRIVATE = re.compile(r"^__\w*[^_]_?$")  # a name Python would mangle inside a class body
 _INTROSPECTION = {"locals", "vars", "exec", "eval", "_getframe", "currentframe"}
@@ -200,7 +200,7 @@ def _install(m: torch.nn.Module, notes: list[int]) -> None:
 
 def _is_user_code(fn: types.FunctionType) -> bool:
     path = os.path.abspath(fn.__code__.co_filename)
-    return not (path.startswith(_TORCH_DIR) or path.startswith(_OWN_DIR) or fn.__code__.co_filename.startswith("<"))
+    return not (in_torch(path) or path.startswith(_OWN_DIR) or fn.__code__.co_filename.startswith("<"))
 
 
 def mend_function(
