@@ -214,10 +214,6 @@ class GraphRunner:
                     deadline=self._deadline,
                 )
                 results = list(results) + ([split] if split is not None else [])
-            for m in results:
-                registry.notify(
-                    "torchmux_candidate_measured", ir=ir, backend=m.backend, seconds=m.seconds, ok=m.ok, reason=m.reason
-                )
             best = choose(results)
             failed = [m for m in results if not m.ok]
             if not candidates and not demotions:
@@ -229,6 +225,16 @@ class GraphRunner:
             if best is None:
                 best = self._eager_fallback(ir, args)
                 results = list(results) + [best]
+            for m in results:
+                registry.notify(
+                    "torchmux_candidate_measured",
+                    ir=ir,
+                    backend=m.backend,
+                    seconds=m.seconds,
+                    ok=m.ok,
+                    reason=m.reason,
+                    chosen=m is best,
+                )
             if failed and (not config.auto or settings.VERBOSE.get()):
                 warn_at(
                     f"torchmux: on graph {ir.name} ({len(ir.op_nodes)} ops), "

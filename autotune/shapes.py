@@ -256,6 +256,7 @@ class SymbolicChooser:
                 seconds=m.seconds,
                 ok=m.ok,
                 reason=m.reason,
+                chosen=m is best,
             )
         if best is None:  # nothing ran it right: the graph's own ops, eagerly (the runner warns)
             return None, None, None

@@ -239,6 +239,7 @@ class _AutoChoices:
     def __init__(self) -> None:
         self.active = True
         self.graphs: dict[str, list[tuple[str, float, bool]]] = {}
+        self.picked: dict[str, str] = {}  # graph -> the candidate the tuner chose (not always the fastest)
 
     @classmethod
     def install(cls) -> _AutoChoices:
@@ -249,16 +250,16 @@ class _AutoChoices:
         return recorder
 
     @hookimpl
-    def torchmux_candidate_measured(self, ir: Any, backend: str, seconds: float, ok: bool, reason: str) -> None:
+    def torchmux_candidate_measured(
+        self, ir: Any, backend: str, seconds: float, ok: bool, reason: str, chosen: bool
+    ) -> None:
         if self.active:
             self.graphs.setdefault(ir.name, []).append((backend, seconds, ok))
+            if chosen:
+                self.picked[ir.name] = backend
 
     def chosen(self) -> dict[str, str]:
-        out = {}
-        for graph, ms in self.graphs.items():
-            ok = [m for m in ms if m[2]]
-            out[graph] = min(ok, key=lambda m: m[1])[0] if ok else "eager"
-        return out
+        return {graph: self.picked.get(graph, "eager") for graph in self.graphs}
 
 
 def _compare(out: Any, ref: list[torch.Tensor]) -> tuple[bool, float, str | None]:

@@ -69,6 +69,30 @@ def test_explain_captures_without_placing_unless_a_backend_is_named():
         get_registry().pm.unregister(spy)
 
 
+def test_the_measured_hook_flags_the_candidate_that_runs_the_graph():
+    """``chosen`` names the candidate the tuner picked, the one explain reports and the calls run:
+    not always the fastest median (a tie within 3% goes by other rules), so observers need the flag."""
+    measured = []
+
+    class Spy:
+        @torchmux.hookimpl
+        def torchmux_candidate_measured(self, ir, backend, ok, chosen):
+            measured.append((ir.name, backend, ok, chosen))
+
+    model, (x,) = build("mlp", 2)
+    spy = Spy()
+    torchmux.register_plugin(spy, name="chosen-spy")
+    try:
+        report = torchmux.explain(model, x, backend=["eager", "onnxruntime"])
+    finally:
+        from torchmux.core.registry import get_registry
+
+        get_registry().pm.unregister(spy)
+    chosen = [(graph, backend) for graph, backend, ok, flag in measured if flag]
+    assert len(chosen) == 1 and {b for _, b, _, _ in measured} == {"eager", "onnxruntime"}
+    assert chosen[0][1] in report.graphs[0].placements[0]
+
+
 def test_torch_compile_reaches_torchmux_through_its_entry_point():
     model, (x,) = build("mlp", 2)
     with torch.no_grad():
