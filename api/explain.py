@@ -8,7 +8,6 @@ the autotuner chose for it.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +17,7 @@ import torch
 from ..core.config import resolve
 from ..core.userframe import in_torch
 from ..frontends.dynamo import SUPPRESSED, CapturedGraph, Recorder, TorchmuxDynamoBackend, while_tracing
-from ..frontends.mend import runtime as mend_runtime
+from ..frontends.mend.pipeline import MEND_DIR
 from ..frontends.mend.runtime import DATA_DEPENDENT_IF
 from .compile import runner_factory
 
@@ -104,9 +103,6 @@ def _op_name(target: Any) -> str:
     return getattr(target, "__name__", None) or str(target)
 
 
-_MEND_DIR = os.path.dirname(os.path.abspath(mend_runtime.__file__)) + os.sep
-
-
 def break_reasons_of(graphs: list[CapturedGraph]) -> list[BreakReason]:
     deduped: dict[str, BreakReason] = {}
     for g in graphs:
@@ -116,7 +112,7 @@ def break_reasons_of(graphs: list[CapturedGraph]) -> list[BreakReason]:
         # the user's innermost frame: torch's own files (its polyfills, nn.Module's call) and the mend
         # pass's runtime helpers (frontends/mend/) are not the user's code
         frames = [
-            f for f in r.user_stack if not (f.filename.startswith(_MEND_DIR) or in_torch(f.filename))
+            f for f in r.user_stack if not (f.filename.startswith(MEND_DIR) or in_torch(f.filename))
         ] or r.user_stack
         frame, reason = frames[-1], r.reason
         if frame is not r.user_stack[-1] and "ComptimeContext graph break" in reason:

@@ -371,7 +371,7 @@ def _serve() -> None:
     from . import placement, verify  # noqa: F401
 
     registry = get_registry()
-    own = [registry.get(n) for n in registry.names if registry.package_of(n) == "torchmux"]
+    own = [b for b in map(registry.get, registry.names) if not wanted(b, "third-party")]
     for device in ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]:
         prepare_in_background(own, device)  # a plugin's prepare() could kill the child and be blamed on a trial
     idle = settings.TRIAL_CHILD_IDLE.get()

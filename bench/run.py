@@ -238,8 +238,7 @@ class _AutoChoices:
 
     def __init__(self) -> None:
         self.active = True
-        self.graphs: dict[str, list[tuple[str, float, bool]]] = {}
-        self.picked: dict[str, str] = {}  # graph -> the candidate the tuner chose (not always the fastest)
+        self.graphs: dict[str, str] = {}  # graph -> the candidate the tuner chose (not always the fastest)
 
     @classmethod
     def install(cls) -> _AutoChoices:
@@ -250,16 +249,12 @@ class _AutoChoices:
         return recorder
 
     @hookimpl
-    def torchmux_candidate_measured(
-        self, ir: Any, backend: str, seconds: float, ok: bool, reason: str, chosen: bool
-    ) -> None:
-        if self.active:
-            self.graphs.setdefault(ir.name, []).append((backend, seconds, ok))
-            if chosen:
-                self.picked[ir.name] = backend
+    def torchmux_candidate_measured(self, ir: Any, backend: str, chosen: bool) -> None:
+        if self.active and (chosen or ir.name not in self.graphs):
+            self.graphs[ir.name] = backend if chosen else "eager"  # eager: nothing ran it right
 
     def chosen(self) -> dict[str, str]:
-        return {graph: self.picked.get(graph, "eager") for graph in self.graphs}
+        return dict(self.graphs)
 
 
 def _compare(out: Any, ref: list[torch.Tensor]) -> tuple[bool, float, str | None]:

@@ -221,8 +221,7 @@ class Backend:
         and device, in a background thread, while Dynamo captures the model: torchmux's own backends', and
         a plugin's only with ``isolate="off"`` (its code has not proved itself in a trial child yet); the
         trial child prepares torchmux's own while it waits for its first trial. It must be safe beside a
-        compile of this backend
-        in another thread; anything it raises is logged and ignored. Work that holds the GIL (importing,
+        compile of this backend in another thread; anything it raises is logged and ignored. Work that holds the GIL (importing,
         building tables in Python) gains nothing here: only waiting (a subprocess, I/O) overlaps."""
 
 
@@ -230,14 +229,14 @@ _PREPARED: set[tuple[str, str]] = set()
 _PREPARING = threading.Lock()
 
 
-def prepare_in_background(backends: Sequence[Any], device: str) -> threading.Thread | None:
-    """Run each backend's :meth:`Backend.prepare` for ``device`` in one daemon thread, each backend once
-    per process and device; the thread (None when there was nothing to do)."""
+def prepare_in_background(backends: Sequence[Any], device: str) -> None:
+    """Run each backend's :meth:`Backend.prepare` for ``device`` in one daemon thread named
+    ``torchmux-prepare``, each backend once per process and device."""
     with _PREPARING:
         todo = [b for b in backends if callable(getattr(b, "prepare", None)) and (b.name, device) not in _PREPARED]
         _PREPARED.update((b.name, device) for b in todo)
     if not todo:
-        return None
+        return
 
     def run() -> None:
         for b in todo:
@@ -246,9 +245,7 @@ def prepare_in_background(backends: Sequence[Any], device: str) -> threading.Thr
             except Exception as e:  # noqa: BLE001 -- a head start, never a failure: the compile does it again
                 _log.debug("torchmux: %s.prepare(%r) failed: %s", b.name, device, e)
 
-    thread = threading.Thread(target=run, name="torchmux-prepare", daemon=True)
-    thread.start()
-    return thread
+    threading.Thread(target=run, name="torchmux-prepare", daemon=True).start()
 
 
 #: auto does not compile a candidate whose estimate is this many times the best candidate's estimate

@@ -63,7 +63,8 @@ from . import runtime as rt
 from .analysis import RT, TYPE_PARAMS, Context, names_stored, pure_forward
 from .statements import rewrite
 
-_OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep  # torchmux.frontends.mend: the runtime helpers
+#: torchmux.frontends.mend's folder: its runtime helpers are torchmux's code, never the user's
+MEND_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _PRIVATE = re.compile(r"^__\w*[^_]_?$")  # a name Python would mangle inside a class body
 _INTROSPECTION = {"locals", "vars", "exec", "eval", "_getframe", "currentframe"}
 _MAX_DEPTH = 4  # how deep global helper calls are followed
@@ -200,7 +201,7 @@ def _install(m: torch.nn.Module, notes: list[int]) -> None:
 
 def _is_user_code(fn: types.FunctionType) -> bool:
     path = os.path.abspath(fn.__code__.co_filename)
-    return not (in_torch(path) or path.startswith(_OWN_DIR) or fn.__code__.co_filename.startswith("<"))
+    return not (in_torch(path) or path.startswith(MEND_DIR) or fn.__code__.co_filename.startswith("<"))
 
 
 def mend_function(

@@ -451,7 +451,6 @@ def cond(p: torch.Tensor, true_fn: Callable[[], Any], false_fn: Callable[[], Any
     """``torch.cond`` when Dynamo traces; a plain if when Python runs the code (eagerly)."""
     if COND and torch.compiler.is_compiling():
         comptime(_on_data_dependent_size)
-    if COND and torch.compiler.is_compiling():
         comptime(lambda ctx: _count_cond())
         return torch.cond(as_bool(p), lambda: fresh(true_fn()), lambda: fresh(false_fn()), ())
     return true_fn() if p else false_fn()
