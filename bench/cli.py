@@ -10,7 +10,10 @@ Systems: ``eager`` (the model as written), ``inductor`` (``torch.compile``'s def
 2. per system, a **warm** child process on the same, now hot, caches: compile time of a later run;
 3. one **latency** child process that compiles every system (warm), checks each output against
    eager's, and times all of them in interleaved rounds, in a new order every round, so that the
-   machine's noise hits every system alike and the ratios hold.
+   machine's noise hits every system alike and the ratios hold. With ``--latency-processes
+   per-system``, one latency process per system instead, all alive and driven through the same
+   rounds (:func:`latency_run_per_system`): what a program that uses one system sees, with no other
+   system's thread pools, memory arenas or compiled code in its process.
 
 Children run one at a time: bench_run.py says what each measures, bench_results.py turns their
 results into rows, bench_report.py into tables and a chart. A system that fails, answers wrong,
@@ -28,6 +31,8 @@ import argparse
 import importlib.util
 import json
 import os
+import random
+import select
 import shutil
 import signal
 import subprocess
@@ -120,6 +125,14 @@ def _parser() -> argparse.ArgumentParser:
         help="skip the cold and warm compile processes: latency, speedups and output checks only, "
         "one process per model (no memory figures; compile time only as measured in that process)",
     )
+    p.add_argument(
+        "--latency-processes",
+        default="shared",
+        choices=["shared", "per-system"],
+        help="shared: every system of a model timed in one process (default); per-system: each in a process "
+        "of its own, all alive, driven through the same interleaved rounds (what a program that uses "
+        "one system sees: no other system's thread pools, arenas or compiled code beside it)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
         "--from-json",
@@ -128,7 +141,8 @@ def _parser() -> argparse.ArgumentParser:
         help="run nothing: print the tables of an earlier bench.json and redraw its chart next to it",
     )
     # the child side (bench_run.py); not for users
-    p.add_argument("--_child", choices=["compile", "latency", "varying"], help=argparse.SUPPRESS)
+    p.add_argument("--_child", choices=["compile", "latency", "served", "varying"], help=argparse.SUPPRESS)
+    p.add_argument("--_replies", type=int, help=argparse.SUPPRESS)
     p.add_argument("--_result", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--_caches", help=argparse.SUPPRESS)
     return p
@@ -244,6 +258,10 @@ def _run(cmd: list[str], env: dict[str, str], log: Path, timeout: float) -> str 
             if isinstance(e, KeyboardInterrupt):
                 raise
             return f"timed out after {timeout:.0f} s (--timeout)"
+    return _exit_reason(rc)
+
+
+def _exit_reason(rc: int) -> str | None:
     if rc == 0:
         return None
     if rc < 0:
@@ -326,6 +344,129 @@ def latency_run(
     return {"systems": found}
 
 
+class _Served:
+    """One system's latency process in ``--latency-processes per-system`` (run.served_child): started,
+    then told ``sample R`` on its standard input; it answers on a pipe of its own (its standard output
+    and error go to its log, where a backend's prints cannot be taken for an answer)."""
+
+    def __init__(self, model: str, system: str, args: argparse.Namespace, cache: Path | None, work: Path) -> None:
+        from .run import cache_env
+
+        label = f"{model}.{system.replace(':', '-')}.latency"
+        self.events, self.log = work / f"{label}.jsonl", args.out / "logs" / f"{label}.log"
+        read, write = os.pipe()
+        cmd = _child_command("served", model, [system], args, self.events, None) + ["--_replies", str(write)]
+        with self.log.open("w") as out:
+            self.proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=_env(args, cache_env(cache) if cache is not None else {}),
+                start_new_session=True,
+                pass_fds=(write,),
+                text=True,
+            )
+        os.close(write)
+        self._replies = os.fdopen(read, "r")
+
+    def ask(self, line: str | None, timeout: float) -> str:
+        """Send ``line`` (if any) and wait at most ``timeout`` s for the answer: ``ready``, ``failed``, a
+        sample's seconds, or why there was none (``died: ...``, ``timed out ...``)."""
+        try:
+            if line is not None:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(line + "\n")
+                self.proc.stdin.flush()
+            ready, _, _ = select.select([self._replies], [], [], timeout)
+            answer = self._replies.readline().strip() if ready else None
+        except (BrokenPipeError, OSError):
+            answer = ""
+        if answer:
+            return answer
+        if answer is None:
+            self.stop()
+            return f"died: timed out after {timeout:.0f} s (--timeout)"
+        rc = self.proc.wait()
+        return f"died: {_exit_reason(rc) or 'the process ended early'}"
+
+    def found(self) -> dict[str, Any]:
+        """What its events say: the ``compiled`` (or ``failed``) event, with ``warm_up_calls``."""
+        row: dict[str, Any] = {}
+        lines = [json.loads(ln) for ln in self.events.read_text().splitlines()] if self.events.exists() else []
+        for ev in lines:
+            if ev["event"] in ("compiled", "failed"):
+                row = {**row, **ev}
+            elif ev["event"] == "warmed":
+                row["warm_up_calls"] = ev["calls"]
+        return row
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.close()  # the end of its input: it exits
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                os.killpg(self.proc.pid, signal.SIGKILL)  # its process group: it and its compile workers
+                self.proc.wait()
+        self._replies.close()
+
+
+def latency_run_per_system(
+    model: str, systems: list[str], args: argparse.Namespace, caches: dict[str, Path], work: Path
+) -> dict[str, Any]:
+    """The interleaved timing of ``systems`` on ``model``, each system in a process of its own.
+
+    The processes start one after another (each compiles, checks and warms up before the next starts,
+    so no compile competes with another), stay alive, and are then driven through the rounds: every
+    round asks each one for one sample, in a new random order, one process at a time, the others
+    waiting on their input. The machine's noise is shared as in the one-process run; thread pools,
+    memory arenas and compiled code are not. A process that dies or hangs costs its own system only."""
+    found: dict[str, dict[str, Any]] = {}
+    live: dict[str, _Served] = {}
+    try:
+        for system in systems:
+            child = _Served(model, system, args, caches.get(system), work)
+            answer = child.ask(None, args.timeout)
+            found[system] = child.found()
+            if answer == "ready":
+                live[system] = child
+                found[system]["samples"] = []
+                continue
+            child.stop()
+            if found[system].get("event") != "failed":
+                stage = "compiling" if "event" not in found[system] else "warming up"
+                found[system] = {
+                    "event": "failed",
+                    "error": f"{answer.removeprefix('died: ')} while {stage} it: {_log_tail(child.log)}",
+                }
+        shuffle = random.Random(0)
+        for r in range(args.rounds):
+            for system in shuffle.sample(sorted(live), len(live)):
+                answer = live[system].ask(f"sample {r}", args.timeout)
+                try:
+                    found[system]["samples"].append(float(answer))
+                    continue
+                except ValueError:
+                    pass
+                child = live.pop(system)
+                child.stop()
+                failed = child.found()
+                found[system] = (
+                    failed
+                    if failed.get("event") == "failed"
+                    else {
+                        "event": "failed",
+                        "error": f"{answer.removeprefix('died: ')} while timing it: {_log_tail(child.log)}",
+                    }
+                )
+    finally:
+        for child in live.values():
+            child.stop()
+    return {"systems": found}
+
+
 def environment(args: argparse.Namespace) -> dict[str, Any]:
     import platform
 
@@ -399,6 +540,7 @@ def run_bench(
             "cold": bool(cold_systems),
             "warm": bool(warm_systems),
             "threads": args.threads,
+            "latency_processes": args.latency_processes,
         },
         "environment": environment(args),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
@@ -431,7 +573,8 @@ def run_bench(
                     bar.update()
             bar.set_postfix_str(f"{model} · latency rounds")
             runnable = [s for s in systems if cold[s].get("ok")] if cold_systems else systems
-            latency = latency_run(model, runnable, args, caches, work) if runnable else {"systems": {}}
+            timing = latency_run_per_system if args.latency_processes == "per-system" else latency_run
+            latency = timing(model, runnable, args, caches, work) if runnable else {"systems": {}}
             bar.update()
             results[model] = assemble(model, systems, cold, warm, latency, args.device)
             report.update(wall_s=time.time() - started, geomean=geomeans(results, systems))
@@ -558,6 +701,11 @@ def _child_main(args: argparse.Namespace) -> int:
 
             traceback.print_exc()
         args._result.write_text(json.dumps(result))
+        return 0
+    if args._child == "served":
+        bench_run.served_child(
+            args.models, args.systems, args.batch_size, args.device, args.threads, args._result, args._replies
+        )
         return 0
     caches = json.loads(Path(args._caches).read_text()) if args._caches else {}
     bench_run.latency_child(

@@ -201,7 +201,9 @@ def format_report(report: dict[str, Any]) -> str:
     env, st = report["environment"], report["settings"]
     head = (
         f"torchmux bench: {env['device_name']} ({env['device']}, {env['cpu_count']} cores, {_threads(env)}), "
-        f"torch {env['torch']}, batch {st['batch_size']}, {st['rounds']} rounds, {report['wall_s'] / 60:.1f} min"
+        f"torch {env['torch']}, batch {st['batch_size']}, {st['rounds']} rounds"
+        f"{', one process per system' if st.get('latency_processes') == 'per-system' else ''}, "
+        f"{report['wall_s'] / 60:.1f} min"
     )
     if not report.get("complete", True):
         head += f" (interrupted: {len(report['models'])} of {len(st['models'])} models)"

@@ -18,10 +18,11 @@ from .zoo import ZOO
 #: what each figure is, written into bench.json so the file explains itself
 MEASURES = {
     "latency_ms": "wall time per call in the latency process (CUDA synchronized); median, quartiles q1/q3, min, max "
-    "over rounds; every round times every system once, in a new (seeded random) order",
+    "over n rounds; every round times every system once, in a new (seeded random) order; the latency process is "
+    "one for all systems, or one per system with settings.latency_processes 'per-system'",
     "warm_up_calls": "untimed calls before the rounds (the steady state of a loop; a torchmux system's verify "
     "checks of calls 1, 2, 4, ..., 256 fall among them, not in the rounds)",
-    "speedup_vs_eager": "eager median latency / this system's median latency (same process, same rounds)",
+    "speedup_vs_eager": "eager median latency / this system's median latency (same rounds)",
     "speedup_vs_inductor": "torch.compile (Inductor) median latency / this system's",
     "compile_s.cold": "first call (compile included) in a fresh process with empty compile caches",
     "compile_s.warm": "first call in a second fresh process on the caches the cold one filled",
@@ -38,7 +39,7 @@ MEASURES = {
 def _stats(samples: list[float]) -> dict[str, float]:
     ms = [s * 1e3 for s in samples]
     q1, _, q3 = statistics.quantiles(ms, n=4, method="inclusive") if len(ms) > 1 else (ms[0], ms[0], ms[0])
-    return {"median": statistics.median(ms), "q1": q1, "q3": q3, "min": min(ms), "max": max(ms)}
+    return {"median": statistics.median(ms), "q1": q1, "q3": q3, "min": min(ms), "max": max(ms), "n": len(ms)}
 
 
 def assemble(

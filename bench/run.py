@@ -1,7 +1,7 @@
 """The measuring side of ``torchmux bench``: what one child process does with one model.
 
-The parent (bench.py) never compiles anything itself; it starts child processes and reads what they
-write, so a backend that crashes or hangs costs one child, never the benchmark. Two kinds of child:
+The parent (cli.py) never compiles anything itself; it starts child processes and reads what they
+write, so a backend that crashes or hangs costs one child, never the benchmark. Three kinds of child:
 
 - **compile** (one system): build the model, compile it, call it once (that first call is the
   compile time, as torch.compile compiles lazily), call it twice more, report the process's peak
@@ -10,6 +10,9 @@ write, so a backend that crashes or hangs costs one child, never the benchmark. 
   compile each system, check its output against eager's, then time them in interleaved rounds,
   in a new (seeded random) order every round. Progress is written as JSON lines as it happens, so when the
   process dies the parent knows which system was running.
+- **served** (``--latency-processes per-system``: one system, one process): the latency child's work
+  for its one system, then one sample each time the parent asks, so that the parent interleaves
+  the processes of all systems in the same rounds.
 
 Latency is per call, wall clock, CUDA synchronized. One sample is ``n`` back-to-back calls divided
 by ``n``, where ``n`` makes a sample last about :data:`SAMPLE_SECONDS` (short calls are noise otherwise),
@@ -271,6 +274,96 @@ def _compare(out: Any, ref: list[torch.Tensor]) -> tuple[bool, float, str | None
     return wrong is None, max(diffs, default=0.0), wrong
 
 
+def _events(path: Path) -> Callable[..., None]:
+    """A function that appends one JSON line to ``path`` per call (flushed: a parent reads it live)."""
+    log = path.open("a")
+
+    def emit(**kw: Any) -> None:
+        log.write(json.dumps(kw) + "\n")
+        log.flush()
+
+    return emit
+
+
+def _prepared(
+    system: str,
+    m: torch.nn.Module,
+    args: tuple[Any, ...],
+    ref: list[torch.Tensor],
+    device: str,
+    threads: int | None,
+    recorder: _AutoChoices,
+    emit: Callable[..., None],
+) -> tuple[Callable[..., Any], int] | None:
+    """Compile ``system``, check its output against eager's ``ref``, size its samples; emits ``compile``
+    then ``compiled`` or ``failed``. (callable, calls per sample), or None when it failed."""
+    emit(event="compile", system=system)
+    recorder.active, recorder.graphs = system in AUTOS, {}
+    try:
+        fn, out, seconds, notes = first_call(system, m, args, device, threads)
+        ok, diff, wrong = _compare(out, ref)
+        fn(*args)  # warm-up
+        once = math.inf
+        for _ in range(3):  # the best of three sizes the samples: one slow call made 1-call
+            _sync(device)  # samples, each paying the switch from the system timed before
+            t0 = time.perf_counter()
+            fn(*args)
+            _sync(device)
+            once = min(once, time.perf_counter() - t0)
+    except Exception as e:
+        emit(event="failed", system=system, error=short_error(e))
+        return None
+    finally:
+        recorder.active = False
+    calls = max(1, min(1000, math.ceil(SAMPLE_SECONDS / max(once, 1e-7))))
+    emit(
+        event="compiled",
+        system=system,
+        compile_s=seconds,
+        matches=ok,
+        max_abs_diff=diff,
+        mismatch=wrong,
+        notes=notes,
+        calls_per_sample=calls,
+        auto_choices=recorder.chosen() if system in AUTOS else None,
+    )
+    return fn, calls
+
+
+def _warmed(system: str, fn: Callable[..., Any], args: tuple[Any, ...], emit: Callable[..., None]) -> bool:
+    """The untimed warm-up calls (see above); emits ``warmed``, or ``failed`` (then False)."""
+    emit(event="timing", system=system, round=-1)
+    warm_until = time.perf_counter() + WARM_SECONDS
+    made = 0
+    try:
+        while made < WARM_CALLS and (made == 0 or time.perf_counter() < warm_until):
+            fn(*args)
+            made += 1
+    except Exception as e:
+        emit(event="failed", system=system, error=f"failed while warming up: {short_error(e)}")
+        return False
+    emit(event="warmed", system=system, calls=made)
+    return True
+
+
+def _sample(fn: Callable[..., Any], args: tuple[Any, ...], calls: int, device: str) -> float:
+    """One latency sample: an untimed call (it pays for the switch from the system timed before, see
+    above), then ``calls`` back-to-back calls; seconds per call."""
+    fn(*args)
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn(*args)
+    _sync(device)
+    return (time.perf_counter() - t0) / calls
+
+
+def _reference(m: torch.nn.Module, args: tuple[Any, ...]) -> list[torch.Tensor]:
+    from .zoo import tensors_of
+
+    return [t.detach().clone() for t in tensors_of(m(*args))]
+
+
 def latency_child(
     model: str,
     systems: list[str],
@@ -286,87 +379,69 @@ def latency_child(
     Writes JSON lines to ``events``: ``compile`` (about to compile), ``compiled`` (with compile
     seconds and the output check) or ``failed``, ``timing`` (about to time a sample), ``samples``.
     """
-    from .zoo import tensors_of
-
-    with events.open("a") as log:
-
-        def emit(**kw: Any) -> None:
-            log.write(json.dumps(kw) + "\n")
-            log.flush()
-
-        _setup(device, threads)
-        m, args = _load(model, batch, device)
-        recorder = _AutoChoices.install() if set(AUTOS) & set(systems) else _AutoChoices()
-        live: list[tuple[str, Callable[..., Any], int]] = []
-        with torch.no_grad():
-            ref = [t.detach().clone() for t in tensors_of(m(*args))]
-            for system in systems:
-                emit(event="compile", system=system)
-                os.environ.update(caches.get(system, {}))  # this system's cache folders (read at compile time)
-                recorder.active, recorder.graphs = system in AUTOS, {}
-                try:
-                    fn, out, seconds, notes = first_call(system, m, args, device, threads)
-                    ok, diff, wrong = _compare(out, ref)
-                    fn(*args)  # warm-up
-                    once = math.inf
-                    for _ in range(3):  # the best of three sizes the samples: one slow call made 1-call
-                        _sync(device)  # samples, each paying the switch from the system timed before
-                        t0 = time.perf_counter()
-                        fn(*args)
-                        _sync(device)
-                        once = min(once, time.perf_counter() - t0)
-                except Exception as e:
-                    emit(event="failed", system=system, error=short_error(e))
+    emit = _events(events)
+    _setup(device, threads)
+    m, args = _load(model, batch, device)
+    recorder = _AutoChoices.install() if set(AUTOS) & set(systems) else _AutoChoices()
+    live: list[tuple[str, Callable[..., Any], int]] = []
+    with torch.no_grad():
+        ref = _reference(m, args)
+        for system in systems:
+            os.environ.update(caches.get(system, {}))  # this system's cache folders (read at compile time)
+            ready = _prepared(system, m, args, ref, device, threads, recorder, emit)
+            if ready is not None:
+                live.append((system, *ready))
+        live = [(system, fn, calls) for system, fn, calls in live if _warmed(system, fn, args, emit)]
+        samples: dict[str, list[float]] = {s: [] for s, _, _ in live}
+        shuffle = random.Random(0)
+        for r in range(rounds):
+            # a new order every round: no system always runs first, or always right after the same
+            # other one (whose idle threads or evicted caches it would otherwise inherit)
+            for system, fn, calls in shuffle.sample(live, len(live)):
+                if system not in samples:
                     continue
-                finally:
-                    recorder.active = False
-                calls = max(1, min(1000, math.ceil(SAMPLE_SECONDS / max(once, 1e-7))))
-                emit(
-                    event="compiled",
-                    system=system,
-                    compile_s=seconds,
-                    matches=ok,
-                    max_abs_diff=diff,
-                    mismatch=wrong,
-                    notes=notes,
-                    calls_per_sample=calls,
-                    auto_choices=recorder.chosen() if system in AUTOS else None,
-                )
-                live.append((system, fn, calls))
-            for system, fn, calls in list(live):
-                emit(event="timing", system=system, round=-1)  # the warm-up (see above)
-                warm_until = time.perf_counter() + WARM_SECONDS
-                made = 0
+                emit(event="timing", system=system, round=r)
                 try:
-                    while made < WARM_CALLS and (made == 0 or time.perf_counter() < warm_until):
-                        fn(*args)
-                        made += 1
-                except Exception as e:
-                    emit(event="failed", system=system, error=f"failed while warming up: {short_error(e)}")
-                    live.remove((system, fn, calls))
-                    continue
-                emit(event="warmed", system=system, calls=made)
-            samples: dict[str, list[float]] = {s: [] for s, _, _ in live}
-            shuffle = random.Random(0)
-            for r in range(rounds):
-                # a new order every round: no system always runs first, or always right after the same
-                # other one (whose idle threads or evicted caches it would otherwise inherit)
-                for system, fn, calls in shuffle.sample(live, len(live)):
-                    if system not in samples:
-                        continue
-                    emit(event="timing", system=system, round=r)
-                    try:
-                        fn(*args)  # untimed: it pays for the switch from the system timed before (see above)
-                        _sync(device)
-                        t0 = time.perf_counter()
-                        for _ in range(calls):
-                            fn(*args)
-                        _sync(device)
-                    except Exception as e:  # a system that fails only sometimes is not timed further
-                        emit(event="failed", system=system, error=f"failed while timed: {short_error(e)}")
-                        del samples[system]
-                        continue
-                    samples[system].append((time.perf_counter() - t0) / calls)
-            for system, values in samples.items():
-                emit(event="samples", system=system, samples=values)
-        emit(event="done")
+                    samples[system].append(_sample(fn, args, calls, device))
+                except Exception as e:  # a system that fails only sometimes is not timed further
+                    emit(event="failed", system=system, error=f"failed while timed: {short_error(e)}")
+                    del samples[system]
+        for system, values in samples.items():
+            emit(event="samples", system=system, samples=values)
+    emit(event="done")
+
+
+def served_child(
+    model: str, system: str, batch: int, device: str, threads: int | None, events: Path, replies: int
+) -> None:
+    """``--latency-processes per-system``: one system in this process, timed when the parent says.
+
+    Compiles, checks and warms ``system`` as :func:`latency_child` does (the same events), writes
+    ``ready`` (or ``failed``) to the file descriptor ``replies``, then reads standard input: each line
+    ``sample R`` times one sample for round R and answers with its seconds per call; anything else, or
+    the end of input, ends the process."""
+    emit = _events(events)
+    answer = os.fdopen(replies, "w", buffering=1)
+    _setup(device, threads)
+    m, args = _load(model, batch, device)
+    recorder = _AutoChoices.install() if system in AUTOS else _AutoChoices()
+    with torch.no_grad():
+        ready = _prepared(system, m, args, _reference(m, args), device, threads, recorder, emit)
+        if ready is None or not _warmed(system, ready[0], args, emit):
+            answer.write("failed\n")
+            return
+        fn, calls = ready
+        answer.write("ready\n")
+        for line in sys.stdin:
+            word, *rest = line.split()
+            if word != "sample":
+                break
+            emit(event="timing", system=system, round=int(rest[0]))
+            try:
+                seconds = _sample(fn, args, calls, device)
+            except Exception as e:
+                emit(event="failed", system=system, error=f"failed while timed: {short_error(e)}")
+                answer.write("failed\n")
+                break
+            answer.write(f"{seconds!r}\n")
+    emit(event="done")

@@ -205,6 +205,42 @@ def test_a_backend_that_kills_the_process_is_reported(crashing_backend: None, tm
     assert (out / "logs" / "mlp.latency.2.log").exists()  # the second attempt, without it
 
 
+def test_per_system_latency_processes_time_each_system_alone(crashing_backend: None, tmp_path: Path) -> None:
+    """``--latency-processes per-system``: each system in a process of its own, all driven through the
+    same rounds. The crashing backend's process dies while it warms up (its eighth call); it is
+    reported with the signal, and eager, in its own process, gets a sample in every round."""
+    out = tmp_path / "out"
+    rc = bench.main(
+        [
+            "--models",
+            "mlp",
+            "--batch-size",
+            "2",
+            "--systems",
+            "eager,bench_crashing,onnxruntime-export",
+            "--rounds",
+            "4",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--latency-only",
+            "--latency-processes",
+            "per-system",
+        ]
+    )
+    assert rc == 0
+    report = json.loads((out / "bench.json").read_text())
+    assert report["settings"]["latency_processes"] == "per-system"
+    rows = report["models"]["mlp"]["systems"]
+    for system in ("eager", "onnxruntime-export"):
+        assert rows[system]["ok"] and rows[system]["latency_ms"]["n"] == 4, rows[system]
+        assert (out / "logs" / f"mlp.{system}.latency.log").exists()  # a process of its own
+    assert rows["onnxruntime-export"]["matches_eager"] is True
+    crashed = rows["torchmux:bench_crashing"]
+    assert not crashed["ok"]
+    assert "SIGKILL while warming up it" in crashed["error"], crashed["error"]
+
+
 def test_assemble_reports_failures_and_geomean_skips_wrong_answers() -> None:
     """The parent's bookkeeping on hand-written child results (no processes): a failed compile, a
     wrong answer, speedups against eager and inductor, and a table that shows all of it."""
