@@ -372,7 +372,7 @@ class _Served:
 
     def ask(self, line: str | None, timeout: float) -> str:
         """Send ``line`` (if any) and wait at most ``timeout`` s for the answer: ``ready``, ``failed``, a
-        sample's seconds, or why there was none (``died: ...``, ``timed out ...``)."""
+        sample's seconds, or why there was none (``died: `` and the exit status, signal or timeout)."""
         try:
             if line is not None:
                 assert self.proc.stdin is not None
