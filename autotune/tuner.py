@@ -13,9 +13,10 @@ For one graph and the real inputs of its first call:
    win; it keeps that figure and is not timed further (an untuned TVM graph at 30x eager would
    otherwise eat the budget, and its long runs evict the others' weights from the caches);
 5. time the rest in rounds (every round times each once, in a new random order, so machine noise
-   and cache effects hit them alike). A sample is a burst of back-to-back calls after one untimed
-   call, the way the graph runs in a model called in a loop: with one call per sample, each
-   candidate would be timed on caches the previous one had just emptied. Take medians;
+   and cache effects hit them alike). A sample is a burst of back-to-back calls after untimed ones
+   (:data:`SWITCH_SECONDS` of them), the way the graph runs in a model called in a loop: with one call
+   per sample, each candidate would be timed on caches the previous one had just emptied, and beside
+   threads it left spinning. Take medians;
 6. choose the fastest correct candidate; medians within :data:`TIE` of the fastest are a tie, broken
    by :func:`choose` (fewer ops left to eager, then the steadier latency).
 
@@ -346,6 +347,11 @@ SCREEN_FACTOR = 3.0  # a candidate this many times slower than the best one's wa
 #: At 2 ms (one call of a 4 ms graph) ONNX Runtime's two-thread calls of the zoo's pointwise chain timed
 #: 3.1-8.7 ms from one process to the next, and auto ran it where Inductor was 1.2-1.3x faster in a loop
 SAMPLE_SECONDS = 1e-2
+#: untimed calls before each sample last at least this long: torch's OpenMP workers spin ~4 ms after a
+#: parallel op, and at two threads on two cores the candidate timed after a torch-based one shared a core
+#: with them (the bench's samples, timed that way, came out bimodal: BERT's Inductor 0.58 or 0.95-1.25 ms).
+#: The candidate's own calls fill the time: a sleep would let the idle core park, and waking it is slow
+SWITCH_SECONDS = 6e-3
 
 
 def time_rounds(
@@ -374,7 +380,7 @@ def _time_rounds(
     if len(contenders) < 2:
         return
     calls = {id(m): max(1, min(50, int(SAMPLE_SECONDS / max(m.seconds, 1e-7)))) for m, _ in contenders}
-    per_round = sum((calls[id(m)] + 1) * m.seconds for m, _ in contenders)
+    per_round = sum(calls[id(m)] * m.seconds + max(m.seconds, SWITCH_SECONDS) for m, _ in contenders)
     rounds = max(3, min(max_rounds, int(time_budget / max(per_round, 1e-6))))
     order = list(contenders)
     shuffle = random.Random(0).shuffle  # seeded: the same graph is timed the same way in every process
@@ -385,7 +391,10 @@ def _time_rounds(
                 continue
             n = calls[id(m)]
             try:
-                _time_once(fn, args)  # untimed: the caches are the previous candidate's
+                switch_until = time.perf_counter() + SWITCH_SECONDS
+                _time_once(fn, args)  # untimed: the caches are the previous candidate's,
+                while time.perf_counter() < switch_until:  # and its threads may still spin (SWITCH_SECONDS)
+                    _time_once(fn, args)
                 m.samples.append(_time_once(lambda *a: [fn(*a) for _ in range(n)], args) / n)
             except Exception as e:  # a candidate that crashes only sometimes is not trusted
                 m.ok, m.reason = False, f"crashed while timed: {short_error(e)}"

@@ -57,6 +57,13 @@ from ..core.hookspecs import hookimpl
 SAMPLE_SECONDS = 0.01
 #: calls every system makes before its timed rounds (the steady state: see above), at most WARM_SECONDS
 WARM_CALLS, WARM_SECONDS = 300, 3.0
+#: the untimed calls before each sample last at least this long: torch's OpenMP workers spin ~4 ms after
+#: a parallel op, and at two threads on two cores a system timed right after a torch-based one shared a
+#: core with those spinning workers (in one process: ONNX Runtime's pool after Inductor; with a process
+#: per system: the next torch-based system, whose samples came out bimodal, BERT's Inductor 0.58 or
+#: 0.95-1.25 ms at batch 1). The system's own calls fill the time, so no core goes idle (an idle vCPU is
+#: slow to wake: a 20 ms sleep instead cost ONNX Runtime's non-spinning pool 1.7x on the next sample)
+SWITCH_SECONDS = 0.006
 #: output tolerance against eager: compare.mismatch's float tolerances times this (whole models
 #: accumulate more rounding than the single ops the conformance suite checks)
 MATCH_SCALE = 5.0
@@ -347,10 +354,15 @@ def _warmed(system: str, fn: Callable[..., Any], args: tuple[Any, ...], emit: Ca
 
 
 def _sample(fn: Callable[..., Any], args: tuple[Any, ...], calls: int, device: str) -> float:
-    """One latency sample: an untimed call (it pays for the switch from the system timed before, see
-    above), then ``calls`` back-to-back calls; seconds per call."""
+    """One latency sample: untimed calls for at least :data:`SWITCH_SECONDS` (at least one: they pay
+    for the switch from the system timed before, see above), then ``calls`` back-to-back calls; seconds
+    per call."""
+    switch_until = time.perf_counter() + SWITCH_SECONDS
     fn(*args)
     _sync(device)
+    while time.perf_counter() < switch_until:
+        fn(*args)
+        _sync(device)
     t0 = time.perf_counter()
     for _ in range(calls):
         fn(*args)
