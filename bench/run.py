@@ -16,9 +16,9 @@ write, so a backend that crashes or hangs costs one child, never the benchmark. 
 
 Latency is per call, wall clock, CUDA synchronized. One sample is ``n`` back-to-back calls divided
 by ``n``, where ``n`` makes a sample last about :data:`SAMPLE_SECONDS` (short calls are noise otherwise),
-after one untimed call: a model in use runs in a loop, and the first call after another system ran
-pays for that switch (caches holding the other's weights, its threads or torch's still spinning), which
-the interleaving exists to spread fairly, not to time. That cost differs by system: at 2 threads
+after untimed calls that last at least :data:`SWITCH_SECONDS`: a model in use runs in a loop, and the
+first calls after another system ran pay for that switch (caches holding the other's weights, its
+threads or torch's still spinning), which the interleaving exists to spread fairly, not to time. That cost differs by system: at 2 threads
 ONNX Runtime's first call after Inductor's is the slowest, and 2-3-call samples without the untimed call
 ranked Inductor first on the zoo's attention block (7.29 ms against 7.93 for ONNX Runtime used
 directly), where a loop of calls ranks ONNX Runtime first (6.64 against 6.81). The autotuner times
