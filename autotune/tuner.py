@@ -349,8 +349,9 @@ SCREEN_FACTOR = 3.0  # a candidate this many times slower than the best one's wa
 SAMPLE_SECONDS = 1e-2
 #: untimed calls before each sample last at least this long: torch's OpenMP workers spin ~4 ms after a
 #: parallel op, and at two threads on two cores the candidate timed after a torch-based one shared a core
-#: with them (the bench's samples, timed that way, came out bimodal: BERT's Inductor 0.58 or 0.95-1.25 ms).
-#: The candidate's own calls fill the time: a sleep would let the idle core park, and waking it is slow
+#: with them (the bench's samples, timed that way, came out bimodal: BERT's Inductor 0.58 or 0.95-1.25 ms at
+#: batch 1). The candidate's own calls fill the time: a sleep would let the idle core park, and waking it is
+#: slow (a 20 ms sleep before each sample cost ONNX Runtime's non-spinning pool 1.7x on the next one)
 SWITCH_SECONDS = 6e-3
 
 

@@ -51,19 +51,15 @@ from typing import Any
 
 import torch
 
+from ..autotune.tuner import SWITCH_SECONDS
 from ..core.hookspecs import hookimpl
 
 #: the wall time one latency sample aims for; calls shorter than this are repeated within a sample
 SAMPLE_SECONDS = 0.01
 #: calls every system makes before its timed rounds (the steady state: see above), at most WARM_SECONDS
 WARM_CALLS, WARM_SECONDS = 300, 3.0
-#: the untimed calls before each sample last at least this long: torch's OpenMP workers spin ~4 ms after
-#: a parallel op, and at two threads on two cores a system timed right after a torch-based one shared a
-#: core with those spinning workers (in one process: ONNX Runtime's pool after Inductor; with a process
-#: per system: the next torch-based system, whose samples came out bimodal, BERT's Inductor 0.58 or
-#: 0.95-1.25 ms at batch 1). The system's own calls fill the time, so no core goes idle (an idle vCPU is
-#: slow to wake: a 20 ms sleep instead cost ONNX Runtime's non-spinning pool 1.7x on the next sample)
-SWITCH_SECONDS = 0.006
+#: untimed calls before each sample last at least SWITCH_SECONDS, the tuner's (it says why: threads that
+#: the system timed before left spinning), so that the bench and auto's choice measure one thing
 #: output tolerance against eager: compare.mismatch's float tolerances times this (whole models
 #: accumulate more rounding than the single ops the conformance suite checks)
 MATCH_SCALE = 5.0
