@@ -392,15 +392,27 @@ def _time_rounds(
                 continue
             n = calls[id(m)]
             try:
-                switch_until = time.perf_counter() + SWITCH_SECONDS
-                _time_once(fn, args)  # untimed: the caches are the previous candidate's,
-                while time.perf_counter() < switch_until:  # and its threads may still spin (SWITCH_SECONDS)
-                    _time_once(fn, args)
-                m.samples.append(_time_once(lambda *a: [fn(*a) for _ in range(n)], args) / n)
+                m.samples.append(sample_seconds(fn, args, n))
             except Exception as e:  # a candidate that crashes only sometimes is not trusted
                 m.ok, m.reason = False, f"crashed while timed: {short_error(e)}"
     for m, _ in contenders:
         m.seconds = statistics.median(m.samples) if m.ok and m.samples else math.inf
+
+
+def sample_seconds(fn: Callable[..., Any], args: Sequence[Any], calls: int) -> float:
+    """One sample (step 5), seconds per call: untimed calls for at least :data:`SWITCH_SECONDS` (the
+    caches are the previous candidate's, and its threads may still spin), then ``calls`` back-to-back
+    calls, timed. The bench times its systems with it too (bench/run.py)."""
+    switch_until = time.perf_counter() + SWITCH_SECONDS
+    _time_once(fn, args)
+    while time.perf_counter() < switch_until:
+        _time_once(fn, args)
+    _sync(args)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn(*args)
+    _sync(args)
+    return (time.perf_counter() - t0) / calls
 
 
 #: medians this close to the fastest (relative) are a tie: this machine's noise between rounds is larger

@@ -384,8 +384,7 @@ class _Served:
             answer = ""
         if answer:
             return answer
-        if answer is None:
-            self.stop()
+        if answer is None:  # the caller stops it
             return f"died: timed out after {timeout:.0f} s (--timeout)"
         rc = self.proc.wait()
         return f"died: {_exit_reason(rc) or 'the process ended early'}"

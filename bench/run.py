@@ -16,13 +16,14 @@ write, so a backend that crashes or hangs costs one child, never the benchmark. 
 
 Latency is per call, wall clock, CUDA synchronized. One sample is ``n`` back-to-back calls divided
 by ``n``, where ``n`` makes a sample last about :data:`SAMPLE_SECONDS` (short calls are noise otherwise),
-after untimed calls that last at least :data:`SWITCH_SECONDS`: a model in use runs in a loop, and the
+after untimed calls that last at least ``autotune.tuner.SWITCH_SECONDS``: a model in use runs in a loop, and the
 first calls after another system ran pay for that switch (caches holding the other's weights, its
 threads or torch's still spinning), which the interleaving exists to spread fairly, not to time. That cost differs by system: at 2 threads
 ONNX Runtime's first call after Inductor's is the slowest, and 2-3-call samples without the untimed call
 ranked Inductor first on the zoo's attention block (7.29 ms against 7.93 for ONNX Runtime used
 directly), where a loop of calls ranks ONNX Runtime first (6.64 against 6.81). The autotuner times
-its bursts the same way (``autotune/tuner.py``), so the bench and auto's choice measure one thing.
+its bursts with the same function (``autotune/tuner.py`` ``sample_seconds``), so the bench and auto's
+choice measure one thing.
 
 Latency is the steady state of a model in a loop: before the rounds, every system runs
 :data:`WARM_CALLS` calls (or :data:`WARM_SECONDS`, whichever comes first). A torchmux system re-checks
@@ -51,15 +52,11 @@ from typing import Any
 
 import torch
 
-from ..autotune.tuner import SWITCH_SECONDS
+from ..autotune.tuner import SAMPLE_SECONDS, sample_seconds
 from ..core.hookspecs import hookimpl
 
-#: the wall time one latency sample aims for; calls shorter than this are repeated within a sample
-SAMPLE_SECONDS = 0.01
 #: calls every system makes before its timed rounds (the steady state: see above), at most WARM_SECONDS
 WARM_CALLS, WARM_SECONDS = 300, 3.0
-#: untimed calls before each sample last at least SWITCH_SECONDS, the tuner's (it says why: threads that
-#: the system timed before left spinning), so that the bench and auto's choice measure one thing
 #: output tolerance against eager: compare.mismatch's float tolerances times this (whole models
 #: accumulate more rounding than the single ops the conformance suite checks)
 MATCH_SCALE = 5.0
@@ -349,23 +346,6 @@ def _warmed(system: str, fn: Callable[..., Any], args: tuple[Any, ...], emit: Ca
     return True
 
 
-def _sample(fn: Callable[..., Any], args: tuple[Any, ...], calls: int, device: str) -> float:
-    """One latency sample: untimed calls for at least :data:`SWITCH_SECONDS` (at least one: they pay
-    for the switch from the system timed before, see above), then ``calls`` back-to-back calls; seconds
-    per call."""
-    switch_until = time.perf_counter() + SWITCH_SECONDS
-    fn(*args)
-    _sync(device)
-    while time.perf_counter() < switch_until:
-        fn(*args)
-        _sync(device)
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn(*args)
-    _sync(device)
-    return (time.perf_counter() - t0) / calls
-
-
 def _reference(m: torch.nn.Module, args: tuple[Any, ...]) -> list[torch.Tensor]:
     from .zoo import tensors_of
 
@@ -410,7 +390,7 @@ def latency_child(
                     continue
                 emit(event="timing", system=system, round=r)
                 try:
-                    samples[system].append(_sample(fn, args, calls, device))
+                    samples[system].append(sample_seconds(fn, args, calls))
                 except Exception as e:  # a system that fails only sometimes is not timed further
                     emit(event="failed", system=system, error=f"failed while timed: {short_error(e)}")
                     del samples[system]
@@ -446,7 +426,7 @@ def served_child(
                 break
             emit(event="timing", system=system, round=int(rest[0]))
             try:
-                seconds = _sample(fn, args, calls, device)
+                seconds = sample_seconds(fn, args, calls)
             except Exception as e:
                 emit(event="failed", system=system, error=f"failed while timed: {short_error(e)}")
                 answer.write("failed\n")

@@ -221,8 +221,9 @@ class Backend:
         and device, in a background thread, while Dynamo captures the model: torchmux's own backends', and
         a plugin's only with ``isolate="off"`` (its code has not proved itself in a trial child yet); the
         trial child prepares torchmux's own while it waits for its first trial. It must be safe beside a
-        compile of this backend in another thread; anything it raises is logged and ignored. Work that holds the GIL (importing,
-        building tables in Python) gains nothing here: only waiting (a subprocess, I/O) overlaps."""
+        compile of this backend in another thread; anything it raises is logged and ignored. Work that
+        holds the GIL (importing, building tables in Python) gains nothing here: only waiting (a
+        subprocess, I/O) overlaps."""
 
 
 _PREPARED: set[tuple[str, str]] = set()

@@ -174,27 +174,20 @@ def crashing_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     get_registry(reload=True)
 
 
+def _latency_only(out: Path, systems: str, rounds: int, *extra: str) -> int:
+    """``torchmux bench --latency-only`` on the MLP at batch 2 (no compile processes, to save time)."""
+    return bench.main(
+        ["--models", "mlp", "--batch-size", "2", "--systems", systems, "--rounds", str(rounds)]
+        + ["--out", str(out), "--no-progress", "--latency-only", *extra]
+    )
+
+
 def test_a_backend_that_kills_the_process_is_reported(crashing_backend: None, tmp_path: Path) -> None:
     """The latency process (torchmux's first call checks the answer: 3 calls; warm-up and calibration:
     2 more; then at least one per round) dies while timing the crashing backend; it is run again
     without it, and eager still gets its figures. (--latency-only: no compile processes, to save time.)"""
     out = tmp_path / "out"
-    rc = bench.main(
-        [
-            "--models",
-            "mlp",
-            "--batch-size",
-            "2",
-            "--systems",
-            "eager,bench_crashing",
-            "--rounds",
-            "10",
-            "--out",
-            str(out),
-            "--no-progress",
-            "--latency-only",
-        ]
-    )
+    rc = _latency_only(out, "eager,bench_crashing", 10)
     assert rc == 0
     rows = json.loads((out / "bench.json").read_text())["models"]["mlp"]["systems"]
     assert rows["eager"]["ok"] and rows["eager"]["latency_ms"]["median"] > 0
@@ -210,24 +203,7 @@ def test_per_system_latency_processes_time_each_system_alone(crashing_backend: N
     same rounds. The crashing backend's process dies while it warms up (its eighth call); it is
     reported with the signal, and eager, in its own process, gets a sample in every round."""
     out = tmp_path / "out"
-    rc = bench.main(
-        [
-            "--models",
-            "mlp",
-            "--batch-size",
-            "2",
-            "--systems",
-            "eager,bench_crashing,onnxruntime-export",
-            "--rounds",
-            "4",
-            "--out",
-            str(out),
-            "--no-progress",
-            "--latency-only",
-            "--latency-processes",
-            "per-system",
-        ]
-    )
+    rc = _latency_only(out, "eager,bench_crashing,onnxruntime-export", 4, "--latency-processes", "per-system")
     assert rc == 0
     report = json.loads((out / "bench.json").read_text())
     assert report["settings"]["latency_processes"] == "per-system"
