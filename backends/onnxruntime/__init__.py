@@ -48,6 +48,16 @@ def installed_distribution() -> str:
 
 
 @functools.cache
+def built_providers() -> tuple[str, ...]:
+    """The execution providers this onnxruntime build contains (none when it is missing or fails to import)."""
+    try:
+        import onnxruntime as ort  # cheap (~0.2 s); only when asked, never at import
+    except Exception:
+        return ()
+    return tuple(ort.get_available_providers())
+
+
+@functools.cache
 def usable_providers() -> tuple[str, ...]:
     """The execution providers that can run here, best first.
 
@@ -88,6 +98,13 @@ class OnnxRuntimeBackend(extend.Backend):
         if not self.availability().ok:
             return text
         return f"{text}; providers usable here: {', '.join(usable_providers())}"
+
+    def supports_device(self, device: str) -> bool:
+        """CUDA tensors need a GPU provider in the build: the CPU-only ``onnxruntime`` wheel has none, and
+        binding a CUDA tensor to its session fails on every call."""
+        if device == "cuda":
+            return CUDA in built_providers() or TENSORRT in built_providers()
+        return super().supports_device(device)
 
     def availability(self) -> extend.Availability:
         if not module_present("onnxruntime"):

@@ -392,6 +392,10 @@ def test_cuda_provider_without_gpu_falls_back_to_eager(cache_dir: Path) -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_iobinding_and_model(cache_dir: Path) -> None:
+    from torchmux.backends.onnxruntime import built_providers
+
+    if CUDA not in built_providers():
+        pytest.skip(f"this onnxruntime build has no {CUDA} (install onnxruntime-gpu): {built_providers()}")
     inputs = [t.cuda() for t in _linear_inputs()]
     graph = _compile(_linear_gelu, inputs, providers=[CUDA, CPU])
     assert graph.providers[0] == CUDA
