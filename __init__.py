@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .api.compile import compile
 from .api.explain import ExplainReport, explain
+from .api.export import ExportedModel, LoadedModel, PackageInputError, export, load
 from .core.backend import Availability, Backend, CompiledGraph, CompileRequest
 from .core.errors import (
     BackendUnavailableError,
@@ -29,6 +30,9 @@ __all__ = [
     "CompileRequest",
     "CompiledGraph",
     "ExplainReport",
+    "ExportedModel",
+    "LoadedModel",
+    "PackageInputError",
     "FullGraphError",
     "GraphIR",
     "IRLintError",
@@ -40,8 +44,10 @@ __all__ = [
     "UnknownBackendError",
     "compile",
     "explain",
+    "export",
     "hookimpl",
     "list_backends",
+    "load",
     "register_plugin",
     "__version__",
 ]

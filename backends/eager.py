@@ -33,6 +33,25 @@ class EagerBackend(extend.Backend):
 
         return run
 
+    def save(self, compiled: extend.CompiledGraph, request: extend.CompileRequest) -> extend.SavedGraph | None:
+        """Its artifact is the package's program itself (``program.pt2``): nothing more to store."""
+        return extend.SavedGraph({}, {"artifact": "program.pt2"}) if request.program is not None else None
+
+    def load(self, request: extend.LoadRequest) -> extend.CompiledGraph:
+        """The stored ``ExportedProgram``'s module, called with the flat inputs (unflattened by its
+        input spec), returning flat outputs."""
+        import torch.utils._pytree as pytree
+
+        program = request.program()
+        module = program.module()
+        in_spec = program.call_spec.in_spec
+
+        def run(*args: torch.Tensor) -> list[torch.Tensor]:
+            a, kw = pytree.tree_unflatten(list(args), in_spec)
+            return pytree.tree_leaves(module(*a, **kw))
+
+        return run
+
 
 @extend.hookimpl
 def torchmux_add_backends() -> list[extend.Backend]:

@@ -7,9 +7,12 @@ Core ATen) and generates C++/OpenMP on the CPU (needs a C++ compiler) or Triton 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import os
 import shutil
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -47,6 +50,14 @@ class InductorBackend(extend.Backend):
         Inductor's regions."""
         return node.target is not getattr(torch.ops.higher_order, "while_loop", None) and super().supports(node)
 
+    def save(self, compiled: extend.CompiledGraph, request: extend.CompileRequest) -> extend.SavedGraph | None:
+        if not isinstance(compiled, AotiProgram):
+            return None
+        return extend.SavedGraph({"model.pt2": compiled.path.read_bytes()}, {"torch": torch.__version__}, native=True)
+
+    def load(self, request: extend.LoadRequest) -> extend.CompiledGraph:
+        return _load_package(request)
+
     def prepare(self, device: str) -> None:
         """On the CPU, Inductor's first compile in a process probes which vector ISA the CPU runs: it
         builds a test kernel and loads it in a Python subprocess (~1 s here, paid by a warm start too,
@@ -57,6 +68,8 @@ class InductorBackend(extend.Backend):
             cpu_vec_isa.pick_vec_isa()  # cached for the process
 
     def compile(self, request: extend.CompileRequest) -> extend.CompiledGraph:
+        if request.program is not None:  # torchmux.export: AOTInductor's package, its deployable form
+            return _compile_package(request)
         config_patches: dict = {}
         if request.mode in ("max-autotune", "max-autotune-no-cudagraphs"):
             config_patches.update(max_autotune=True)
@@ -77,6 +90,54 @@ class InductorBackend(extend.Backend):
         if getattr(compiled, "_torchdynamo_disable", False):
             compiled = getattr(compiled, "_torchdynamo_orig_callable", compiled)
         return compiled  # AOTAutograd's forward: flat inputs, a list of outputs (no wrapper frame per call)
+
+
+class AotiProgram:
+    """An AOTInductor package (``aoti_compile_and_package``) loaded with ``aoti_load_package``, called
+    with the program's flat inputs through the loader's own ``boxed_run`` (the loaded model's
+    ``__call__`` parses its pytree specs from strings on every call; the package layer already holds
+    them). ``path`` is the ``.pt2`` file."""
+
+    def __init__(self, path: Path) -> None:
+        from torch._inductor import aoti_load_package
+
+        self.path = path
+        self._run = aoti_load_package(str(path)).loader.boxed_run
+
+    def __call__(self, *args: torch.Tensor) -> list[torch.Tensor]:
+        return self._run(list(args))
+
+
+def _compile_package(request: extend.CompileRequest) -> AotiProgram:
+    """AOTInductor on the whole exported program (cached by the frozen graph's fingerprint, which names
+    the weights' values): one shared library holding the code and the weights."""
+    from torch._inductor import aoti_compile_and_package
+
+    folder = extend.artifact_dir("inductor", "aoti", request.ir.fingerprint()[:32])
+    path = folder / "model.pt2"
+    if not (path.exists() and extend.authentic(path)):  # a package planted in the cache is rebuilt, never loaded
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".model.{os.getpid()}.{threading.get_ident()}.pt2"
+        patches = {"max_autotune": True} if request.mode in ("max-autotune", "max-autotune-no-cudagraphs") else {}
+        with torch.no_grad():
+            aoti_compile_and_package(
+                request.program, package_path=str(tmp), inductor_configs={**patches, **dict(request.options)}
+            )
+        os.replace(tmp, path)
+        extend.sign(path)
+    return AotiProgram(path)
+
+
+def _load_package(request: extend.LoadRequest) -> AotiProgram:
+    """A saved package's bytes, written once to the cache under their digest (AOTInductor loads from a
+    path), signed there so a later load from the cache is trusted as this one is."""
+    data = request.saved.files["model.pt2"]
+    digest = hashlib.sha256(data).hexdigest()[:32]
+    path = extend.artifact_dir("inductor", "aoti-loaded", digest) / "model.pt2"
+    if not (path.exists() and extend.authentic(path)):
+        extend.atomic_write(path, data)
+        extend.sign(path)
+    return AotiProgram(path)
 
 
 def _compile_static(gm: torch.fx.GraphModule, example_inputs: list, config_patches: dict) -> object:

@@ -29,7 +29,9 @@ __all__ = [
     "Backend",
     "CompiledGraph",
     "CompileRequest",
+    "LoadRequest",
     "Option",
+    "SavedGraph",
     "has_cuda",
     "kernel_count_of",
     "package_version",
@@ -40,7 +42,8 @@ __all__ = [
 #: newer contract (it may rely on what this torchmux does not do) and accepts every older one.
 #: 1: name, devices, dtypes, ops/claims, availability(), supports(), compile().
 #: 2: + phases, granularity, min_region_ops, options_schema, estimate_seconds(), kernel_count.
-CONTRACT_VERSION = 2
+#: 3: + save(), load() (a compiled graph in a package, ``torchmux.export``), CompileRequest.program.
+CONTRACT_VERSION = 3
 
 PHASES = ("inference", "forward", "backward")
 GRANULARITIES = ("ops", "regions", "graph")
@@ -112,6 +115,16 @@ class CompileRequest:
     example_inputs: Sequence[Any]  # real tensors with the input specs (the first call's values)
     mode: str | None = None  # None/"default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"
     options: Mapping[str, Any] = field(default_factory=dict)  # this backend's options, prefix stripped
+    #: the CPU threads the compiled graph may use: torch's intra-op thread count when the request was made
+    #: (the user's ``torch.set_num_threads``; a trial child runs under its parent's). A library with a
+    #: pool of its own (ONNX Runtime, TVM, NumPy's BLAS) is not bound by torch's setting: size it to this
+    threads: int = field(default_factory=torch.get_num_threads)
+    #: the whole program as ``torch.export`` captured it (an ``ExportedProgram``, not decomposed), when the
+    #: graph comes from ``torchmux.export``; else None. ``ir`` is this program normalized and frozen: its
+    #: placeholders are the program's flattened user inputs, its outputs the program's flattened outputs.
+    #: A backend with a torch-level exporter of its own (torch.onnx, AOTInductor) may build from this
+    #: instead of ``ir``, and must then answer as ``ir`` does; the others ignore it
+    program: Any = None
 
     @property
     def device(self) -> str:
@@ -119,6 +132,31 @@ class CompileRequest:
             if isinstance(t, torch.Tensor):
                 return t.device.type
         return "cpu"
+
+
+@dataclass(frozen=True)
+class SavedGraph:
+    """A compiled graph in its native deployable form, as :meth:`Backend.save` returns it and a package
+    stores it: named files (an ``.onnx`` model, an AOTInductor ``.pt2``), JSON-able ``meta`` (how to
+    open them: providers, options), and whether the files hold machine code (``native``: a package
+    loads those only when their signature verifies, ``core/package.py``)."""
+
+    files: Mapping[str, bytes]
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    native: bool = False
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    """What :meth:`Backend.load` is told: the saved graph, where and with how many threads it runs,
+    this backend's options, and the stored program (``program()`` reads it: for a backend whose
+    artifact is the program itself, and to answer ``in_spec``-shaped calls)."""
+
+    saved: SavedGraph
+    device: str
+    threads: int
+    options: Mapping[str, Any]
+    program: Callable[[], Any]
 
 
 class Backend:
@@ -214,6 +252,19 @@ class Backend:
         """Compile ``request.ir`` into a callable. Raise any exception to say it cannot: torchmux records
         it as a failed candidate and falls back; it never reaches the user."""
         raise NotImplementedError
+
+    def save(self, compiled: CompiledGraph, request: CompileRequest) -> SavedGraph | None:
+        """Optional (contract 3): ``compiled`` (what :meth:`compile` returned for ``request``, a program
+        from ``torchmux.export``) in its native deployable form, for a package. None (the default): this
+        backend cannot save; a package then rebuilds it from the stored program at load, and says so."""
+        return None
+
+    def load(self, request: LoadRequest) -> CompiledGraph:
+        """Optional (contract 3): the callable :meth:`compile` would have returned, from what :meth:`save`
+        wrote, without the graph: called with the program's flattened user inputs, it returns the flat
+        outputs. Raise to say it cannot here (a library missing, another version): the package takes its
+        next candidate, and says so."""
+        raise NotImplementedError(f"backend {self.name!r} does not load saved graphs")
 
     def prepare(self, device: str) -> None:
         """Optional: do now what this backend's first compile on ``device`` would otherwise wait for in

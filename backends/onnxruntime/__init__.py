@@ -137,6 +137,16 @@ class OnnxRuntimeBackend(extend.Backend):
 
         return session.compile_graph(request)
 
+    def save(self, compiled: extend.CompiledGraph, request: extend.CompileRequest) -> extend.SavedGraph | None:
+        from . import session
+
+        return session.save_graph(compiled) if isinstance(compiled, session.OrtGraph) else None
+
+    def load(self, request: extend.LoadRequest) -> extend.CompiledGraph:
+        from . import session
+
+        return session.load_graph(request)
+
 
 @extend.hookimpl
 def torchmux_add_backends() -> list[extend.Backend]:

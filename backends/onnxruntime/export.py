@@ -90,6 +90,21 @@ def export_onnx(ir: GraphIR, example_inputs: Sequence[Any]) -> bytes:
     return model.SerializeToString()
 
 
+def export_program_onnx(program: Any) -> bytes:
+    """The ONNX model of a whole exported program (``torchmux.export``), as ONNX Runtime's users make it:
+    ``torch.onnx.export(program, dynamo=True, optimize=True)`` on the program before Core ATen
+    decomposition, so torch's exporter keeps what ONNX has ops for (``BatchNormalization``, ``Gelu``,
+    attention patterns) and its optimizer folds the rest. Weights are initializers; a dimension the
+    program declared dynamic is a symbolic ONNX dimension. Inputs and outputs are the program's flattened ones."""
+    onnx_program = torch.onnx.export(program, (), dynamo=True, optimize=True, verify=False, report=False, verbose=False)
+    if onnx_program is None:  # dynamo=True always returns the program; None only from the legacy exporter
+        raise RuntimeError("torch.onnx.export returned no ONNX program")
+    model = onnx_program.model_proto
+    _outputs_not_inputs(model)
+    model.ir_version = min(model.ir_version, IR_VERSION)
+    return model.SerializeToString()
+
+
 def _transposes_into_gemm(model: Any) -> None:
     """``F.linear`` arrives as ``addmm(b, x, permute(w, [1, 0]))``: Transpose then Gemm. A weight is a graph
     input (not a constant), so ONNX Runtime would transpose it on every call; Gemm's ``transB`` reads it

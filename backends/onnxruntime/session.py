@@ -51,7 +51,7 @@ from torchmux.extend import (
 )
 
 from . import CPU, CUDA, OPTIONS, TENSORRT, usable_providers
-from .export import EXPORT_FORMAT, IR_VERSION, OPSET, export_onnx, tensor_outputs
+from .export import EXPORT_FORMAT, IR_VERSION, OPSET, export_onnx, export_program_onnx, tensor_outputs
 
 _log = logging.getLogger(__name__)
 
@@ -116,10 +116,11 @@ def _device(inputs: Sequence[Any]) -> torch.device:
 
 
 # --------------------------------------------------------------------------------------------- 2
-def _cache_dir(ir: GraphIR, providers: list[tuple[str, dict[str, Any]]]) -> Path:
+def _cache_dir(ir: GraphIR, providers: list[tuple[str, dict[str, Any]]], program: bool = False) -> Path:
     key = json.dumps(
         {
             "fingerprint": ir.fingerprint(),
+            "program": program,  # exported from the whole program (torchmux.export), not from ir
             "format": EXPORT_FORMAT,
             "onnxruntime": ort.__version__,
             "torch": torch.__version__,
@@ -522,7 +523,7 @@ def compile_graph(request: extend.CompileRequest) -> OrtGraph:
     ir = request.ir
     providers = _provider_list(request)
     device = _device(request.example_inputs)
-    folder = _cache_dir(ir, providers)
+    folder = _cache_dir(ir, providers, request.program is not None)
     try:
         return _open(request, ir, providers, device, folder)
     except Exception as e:
@@ -555,7 +556,10 @@ def _open(
     cache_hit = have_optimized or (have_exported and any(n == TENSORRT for n, _ in providers))
     t0 = time.perf_counter()
     if not have_exported:
-        atomic_write(exported, export_onnx(ir, request.example_inputs))
+        model_bytes = (
+            export_onnx(ir, request.example_inputs) if request.program is None else export_program_onnx(request.program)
+        )
+        atomic_write(exported, model_bytes)
         publish_artifact(exported)
     export_seconds = time.perf_counter() - t0 if not cache_hit else 0.0
     model = optimized if have_optimized else _optimized_model(folder, providers)
@@ -565,3 +569,40 @@ def _open(
     session = _shared_session(model, so, _with_engine_cache(providers, folder))
     _check_providers(session, providers)
     return OrtGraph(ir, session, device, folder=folder, cache_hit=cache_hit, export_seconds=export_seconds)
+
+
+# --------------------------------------------------------------------------------------------- 5
+# Packages (torchmux.export): what a compiled program saves, and the session a package loads. The
+# loaded call is ONNX Runtime's own ``run`` on NumPy views of the inputs, as a user of ONNX Runtime
+# calls it: nothing between the package's input check and the session.
+def save_graph(graph: OrtGraph) -> extend.SavedGraph:
+    """The exported model (portable: ONNX Runtime's hardware-specific passes run again at load)."""
+    return extend.SavedGraph(
+        {"model.onnx": (graph.folder / "model.onnx").read_bytes()},
+        {"providers": list(graph.providers), "onnxruntime": ort.__version__},
+    )
+
+
+class PackagedSession:
+    """A saved model's session, called with the program's flat CPU inputs; returns its flat outputs."""
+
+    def __init__(self, session: ort.InferenceSession) -> None:
+        self.session = session
+        self._run = session.run
+        self._names = [i.name for i in session.get_inputs()]
+
+    def __call__(self, *args: torch.Tensor) -> list[torch.Tensor]:
+        outs = self._run(None, {n: a.detach().numpy() for n, a in zip(self._names, args)})
+        return [torch.from_numpy(o) for o in outs]
+
+
+def load_graph(request: extend.LoadRequest) -> PackagedSession:
+    if request.device != "cpu":
+        raise NotImplementedError(
+            "a packaged ONNX model runs on the CPU provider here; CUDA tensors need onnxruntime-gpu's IOBinding path"
+        )
+    data = request.saved.files["model.onnx"]
+    so = _session_options(
+        ort.GraphOptimizationLevel.ORT_ENABLE_ALL, {**request.options, "intra_op_num_threads": request.threads}
+    )
+    return PackagedSession(ort.InferenceSession(data, sess_options=so, providers=[CPU]))

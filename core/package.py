@@ -1,0 +1,208 @@
+"""The package format: one file that holds an exported program, each backend's artifact and the plan.
+
+A package (``torchmux.export(...).save("model.tmux")``) is a zip archive, in the spirit of torch's PT2
+archive, with no pickle anywhere:
+
+- ``manifest.json``: ``format`` (:data:`FORMAT`), ``format_version``, the versions of torch, torchmux
+  and Python, the machine it was tuned on (``machine``: OS, processor, device name), and ``members``:
+  for every other member its size and SHA-256. ``signatures`` holds, for each member that is native
+  code, an HMAC-SHA256 of its name and digest under the signing key (:func:`signing_key`), and ``key``
+  says which key that was (``"fleet"`` or ``"user"``).
+- ``program.pt2``: the ``ExportedProgram`` as ``torch.export.save`` writes it (``torch.export.load``
+  reads it back: eager always works, and every backend can be rebuilt from it).
+- ``plan.json``: what the API layer decided (``api/export.py`` documents its fields).
+- ``artifacts/<backend>/...``: each saved backend artifact's files, as its ``Backend.save`` returned them.
+
+**Reading is checking.** :class:`PackageReader` opens a file only if it is a zip with a manifest of
+this format, and checks every member's size and SHA-256 against the manifest before anything is read
+from it: a flipped byte or a truncated file is a :class:`PackageError` that names the member, never a
+wrong answer. Native code is one step stricter: :meth:`PackageReader.trusted` is true only when the
+member's signature verifies under the key this user trusts (the fleet key where
+``TORCHMUX_FLEET_KEY_FILE`` names one, the user's own key otherwise, ``core/artifacts.py``); the API
+layer rebuilds an untrusted library from the program instead of loading it, with a warning. The
+manifest itself is not signed: changing it can only make a member fail its digest or its signature.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import io
+import json
+import platform
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import settings
+from .errors import TorchmuxError
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "PackageError", "PackageReader", "machine_kind", "signing_key", "write_package"]
+
+FORMAT = "torchmux-package"
+#: 1: manifest.json, program.pt2, plan.json, artifacts/<backend>/...
+FORMAT_VERSION = 1
+MANIFEST, PROGRAM, PLAN = "manifest.json", "program.pt2", "plan.json"
+
+
+class PackageError(TorchmuxError, ValueError):
+    """A file that is not a torchmux package, or one that was damaged or altered; the message says which."""
+
+
+def signing_key() -> tuple[str, bytes]:
+    """The key native members are signed and checked with: ``("fleet", key)`` where
+    ``TORCHMUX_FLEET_KEY_FILE`` names the fleet's shared secret (a package built on one machine of the
+    fleet loads its libraries on another), else ``("user", key)``, this user's own (``TORCHMUX_KEY_FILE``)."""
+    fleet = settings.FLEET_KEY_FILE.get()
+    if fleet is not None:
+        try:
+            return "fleet", Path(fleet).read_bytes()
+        except OSError as e:
+            raise PackageError(f"cannot read the fleet key TORCHMUX_FLEET_KEY_FILE={fleet}: {e}") from e
+    from .artifacts import _key
+
+    return "user", _key()
+
+
+def _signature(key: bytes, name: str, digest: str) -> str:
+    return hmac.new(key, f"{name}\0{digest}".encode(), hashlib.sha256).hexdigest()
+
+
+def machine_kind(device: str) -> dict[str, str]:
+    """What a package records of the machine it was tuned on (and what a loader compares)."""
+    kind = {"os": platform.system(), "arch": platform.machine(), "processor": _cpu_name(), "device": device}
+    if device == "cuda" and torch.cuda.is_available():
+        kind["device_name"] = torch.cuda.get_device_name()
+    return kind
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def write_package(path: str | Path, members: Mapping[str, bytes], *, native: set[str], info: Mapping[str, Any]) -> Path:
+    """Write ``members`` (name -> bytes) and a manifest holding ``info`` to ``path``, atomically.
+
+    ``native``: the members that are machine code, signed with :func:`signing_key`."""
+    from .artifacts import atomic_write
+    from .version import __version__
+
+    key_name, key = signing_key() if native else ("", b"")
+    table = {name: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()} for name, data in members.items()}
+    manifest = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "torchmux": __version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        **info,
+        "members": table,
+        "signatures": {n: _signature(key, n, table[n]["sha256"]) for n in sorted(native)},
+        "key": key_name,
+    }
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as z:
+        z.writestr(MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
+        for name, data in members.items():
+            z.writestr(name, data)
+    out = Path(path)
+    atomic_write(out, buf.getvalue())
+    return out
+
+
+class PackageReader:
+    """A package opened for reading; every member checked against the manifest (module docstring)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            raw = self.path.read_bytes()
+        except OSError as e:
+            raise PackageError(f"cannot read the package {self.path}: {e}") from e
+        try:
+            self._zip = zipfile.ZipFile(io.BytesIO(raw))
+            names = set(self._zip.namelist())
+        except (zipfile.BadZipFile, ValueError, EOFError) as e:
+            raise PackageError(
+                f"{self.path} is not a torchmux package (not a readable zip archive: {e}); a truncated copy "
+                "or another kind of file. Export it again with torchmux.export(...).save(path)"
+            ) from e
+        if MANIFEST not in names:
+            raise PackageError(
+                f"{self.path} is a zip archive but not a torchmux package (no {MANIFEST}); "
+                "torchmux.load reads what torchmux.export(...).save() writes"
+            )
+        try:
+            self.manifest: dict[str, Any] = json.loads(self._zip.read(MANIFEST).decode())
+        except (ValueError, UnicodeDecodeError, zipfile.BadZipFile) as e:
+            raise PackageError(f"{self.path}: its {MANIFEST} is damaged ({type(e).__name__}: {e})") from e
+        if not isinstance(self.manifest, dict) or self.manifest.get("format") != FORMAT:
+            raise PackageError(f"{self.path} is not a torchmux package (its manifest names no format {FORMAT!r})")
+        version = self.manifest.get("format_version")
+        if not isinstance(version, int) or version > FORMAT_VERSION:
+            raise PackageError(
+                f"{self.path} is a package of format version {version!r}, newer than this torchmux reads "
+                f"({FORMAT_VERSION}); upgrade torchmux (pip install -U torchmux) or export it again with this one"
+            )
+        members = self.manifest.get("members")
+        if not isinstance(members, dict) or set(members) != names - {MANIFEST}:
+            extra = sorted(names - {MANIFEST} - set(members or {}))
+            missing = sorted(set(members or {}) - names)
+            raise PackageError(
+                f"{self.path}: its members do not match its manifest (unlisted: {extra or 'none'}, "
+                f"missing: {missing or 'none'}); the file was altered. Export it again"
+            )
+        self._data: dict[str, bytes] = {}
+        for name, entry in members.items():
+            try:
+                data = self._zip.read(name)
+            except (zipfile.BadZipFile, EOFError, OSError, ValueError) as e:
+                raise PackageError(f"{self.path}: member {name} cannot be read ({e}); the file is damaged") from e
+            if len(data) != entry.get("size") or hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+                raise PackageError(
+                    f"{self.path}: member {name} does not match its SHA-256 in the manifest: the file was "
+                    "damaged or altered after it was saved. Export it again (or copy it again)"
+                )
+            self._data[name] = data
+
+    def names(self, prefix: str = "") -> list[str]:
+        return sorted(n for n in self._data if n.startswith(prefix))
+
+    def read(self, name: str) -> bytes:
+        try:
+            return self._data[name]
+        except KeyError:
+            raise PackageError(f"{self.path} has no member {name}") from None
+
+    def json(self, name: str) -> Any:
+        try:
+            return json.loads(self.read(name).decode())
+        except (ValueError, UnicodeDecodeError) as e:
+            raise PackageError(f"{self.path}: member {name} is not valid JSON ({e})") from e
+
+    def trusted(self, name: str) -> tuple[bool, str]:
+        """Whether native member ``name`` is signed by the key this user trusts; if not, why."""
+        expected = (self.manifest.get("signatures") or {}).get(name)
+        if not expected:
+            return False, f"{name} carries no signature"
+        try:
+            key_name, key = signing_key()
+        except Exception as e:
+            return False, f"no key to check {name}'s signature with ({e})"
+        digest = self.manifest["members"][name]["sha256"]
+        if hmac.compare_digest(str(expected), _signature(key, name, digest)):
+            return True, ""
+        signed_with = self.manifest.get("key") or "?"
+        return False, (
+            f"{name} is signed with a key this user does not trust (signed with the {signed_with} key, checked "
+            f"with the {key_name} key: set TORCHMUX_FLEET_KEY_FILE to the fleet key the package was built with)"
+        )
