@@ -5,12 +5,17 @@ artifact must not. Here ``torch.export.export`` captures the program once, whole
 normalized into the same IR as Dynamo's graphs, so placement, tuning, verification and the backends
 behind both are one:
 
-1. **Capture.** ``torch.export.export(model, args, kwargs, dynamic_shapes=..., strict=...)``. Where it
-   refuses the program (a graph break: a data-dependent branch, ``.item()`` feeding Python) and the mend
-   pass is on, the mend pass rewrites the model's source (``frontends/mend``) and export is tried again
-   with its rewrites active (a data-dependent ``if`` becomes ``torch.cond``, an asserted ``.item()``
-   size gets its ``torch._check``). Where it still refuses, :class:`ExportRefused` lists every break with
-   the user's file:line, from ``torchmux.explain``: never a silently partial package.
+1. **Capture.** ``torch.export.export(model, args, kwargs, dynamic_shapes=...)`` in the mode asked
+   (``strict=False``, torch's default, unless told), then in the other: non-strict traces the Python as
+   it runs and strict (TorchDynamo) reads its bytecode, and each takes programs the other refuses (strict
+   keeps ``int(t.max())`` a symbolic size where non-strict needs a Python int). Where both refuse the
+   program (a graph break: a data-dependent branch or loop) and the mend pass is on, the mend pass
+   rewrites the model's source (``frontends/mend``, installed on the instances for this capture only)
+   and both modes are tried again with its rewrites active: a data-dependent ``if`` becomes
+   ``torch.where`` where both sides can run, else ``torch.cond``; a ``while`` on a tensor becomes
+   ``torch.while_loop``. Where it still refuses, :class:`ExportRefused` gives each mode's reason and
+   lists every break with the user's file:line, from ``torchmux.explain``: never a silently partial
+   package.
 2. **Normalize.** ``ExportedProgram.run_decompositions()`` gives functional Core ATen with parameters,
    buffers and constant tensors lifted to placeholders (the graph signature says which is which), the
    user's inputs after them: exactly a :class:`GraphIR` with ``input_kinds``. Only inference programs
@@ -79,75 +84,120 @@ def capture(
             "first (to train, use torchmux.compile)"
         )
     kwargs = dict(kwargs or {})
-    first: BaseException | None = None
-    mended = False
-    try:
-        with torch.no_grad():
-            program = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
-    except Exception as e:  # a break, an unsupported construct: the mend pass may remove it
-        if not mend or _is_argument_error(e):
-            raise ExportRefused(_refusal(model, args, kwargs, e, None)) from e
-        first = e
-        program = _export_mended(model, args, kwargs, dynamic_shapes, strict)
-        if isinstance(program, BaseException):
-            raise ExportRefused(_refusal(model, args, kwargs, first, program)) from first
-        mended = True
+    # torch.export's own modes first, the asked one before the other: non-strict (torch's default) traces
+    # the Python as it runs, strict (TorchDynamo) reads the bytecode; each takes programs the other refuses
+    modes = (strict, not strict)
+    refusals: list[tuple[str, BaseException]] = []
+    for mode in modes:
+        program = _export(model, args, kwargs, dynamic_shapes, mode)
+        if not isinstance(program, BaseException):
+            return _captured(program, mode, False)
+        if _is_argument_error(program):
+            raise ExportRefused(_refusal(model, args, kwargs, [(_mode_name(mode), program)])) from program
+        refusals.append((_mode_name(mode), program))
+    if mend:
+        mended = _export_mended(model, args, kwargs, dynamic_shapes, modes)
+        if not isinstance(mended, list):
+            return _captured(*mended, True)
+        refusals += mended
+    raise ExportRefused(_refusal(model, args, kwargs, refusals)) from refusals[0][1]
+
+
+def _captured(program: torch.export.ExportedProgram, strict: bool, mended: bool) -> Captured:
     ir, weights = normalize(program)
     return Captured(program, ir, weights, strict, mended)
 
 
+def _mode_name(strict: bool) -> str:
+    return "strict" if strict else "non-strict"
+
+
+def _export(
+    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], dynamic_shapes: Any, strict: bool
+) -> torch.export.ExportedProgram | Exception:
+    """``torch.export.export`` in one mode, or the exception it raised (a break, an unsupported construct)."""
+    try:
+        with torch.no_grad():
+            return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
+    except Exception as e:  # the refusal is the answer; the caller tries the next way
+        return e
+
+
 def _is_argument_error(e: BaseException) -> bool:
-    """A mistake in what the user passed (dynamic_shapes that do not fit the inputs), not a break to mend."""
-    name = type(e).__name__
-    return name in ("UserError",) and "dynamic_shapes" in str(e) or isinstance(e, (TypeError, ValueError))
+    """A mistake in what the user passed (dynamic_shapes that do not fit the inputs), not a break to mend:
+    no other mode or rewrite can take the program then."""
+    return type(e).__name__ == "UserError" and "dynamic_shapes" in str(e)
 
 
 def _export_mended(
-    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], dynamic_shapes: Any, strict: bool
-) -> torch.export.ExportedProgram | BaseException:
-    from .mend import mend, tracing
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    dynamic_shapes: Any,
+    modes: tuple[bool, bool],
+) -> tuple[torch.export.ExportedProgram, bool] | list[tuple[str, BaseException]]:
+    """Export again with the mend pass's rewrites installed on the model's instances (the user's methods
+    come back afterwards: the program does not need them) and Dynamo's switches on (strict mode reads
+    them; the rewritten code's runtime helpers take ``torch.cond`` / ``torch.where`` /
+    ``torch.while_loop`` in both modes). The program and its mode, or each mode's refusal."""
+    from .mend import mended, tracing
 
     try:
-        rewritten, _ = mend(model)
-    except Exception as e:
-        return e
-    if rewritten is model:
-        return RuntimeError("the mend pass found nothing to rewrite")
-    try:
-        with torch.no_grad(), tracing():
-            return torch.export.export(rewritten, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
-    except Exception as e:
-        return e
+        with mended(model) as (target, rewrites):
+            if not rewrites.applied:
+                return [("mend", RuntimeError("the mend pass found nothing it can rewrite"))]
+            refusals: list[tuple[str, BaseException]] = []
+            for mode in modes:
+                with tracing():
+                    program = _export(target, args, kwargs, dynamic_shapes, mode)
+                if not isinstance(program, BaseException):
+                    return program, mode
+                refusals.append((f"{_mode_name(mode)}, after the mend pass", program))
+            return refusals
+    except Exception as e:  # the mend pass itself failed: the first refusal stands
+        return [("mend", e)]
 
 
 def _refusal(
     model: torch.nn.Module,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-    error: BaseException,
-    mended: BaseException | None,
+    refusals: list[tuple[str, BaseException]],
 ) -> str:
-    """What export refused, and every break ``torchmux.explain`` finds with the user's file:line."""
-    reason = next((ln.strip() for ln in str(error).splitlines() if ln.strip()), type(error).__name__)
-    lines = [f"torch.export refused the program: {type(error).__name__}: {reason[:400]}"]
-    if mended is not None:
-        again = next((ln.strip() for ln in str(mended).splitlines() if ln.strip()), type(mended).__name__)
-        lines.append(f"after the mend pass rewrote its source, export refused it again: {again[:300]}")
-    try:
-        from ..api.explain import explain
-
-        report = explain(model, *args, **kwargs)
-        breaks = [b for b in getattr(report, "breaks", [])]
-        for b in breaks:
-            lines.append(f"  break: {b}")
-    except Exception as e:  # explain itself failed: the first reason is still the answer
-        lines.append(f"  (torchmux.explain could not list the breaks: {type(e).__name__}: {str(e)[:200]})")
+    """Why each way of exporting refused, and every break ``torchmux.explain`` finds with the user's file:line."""
+    lines = [f"torch.export refused the program: {_reason(refusals[0][1], 400)}"]
+    lines += [f"  {how}: {_reason(e, 300)}" for how, e in refusals]
+    lines += _breaks(model, args, kwargs)
     lines.append(
         "A package holds the whole program in one graph: remove each break (torch.cond for a branch on a "
         "tensor, torch._check for a size read with .item()), or use torchmux.compile, which runs Python "
         "between graphs."
     )
     return "\n".join(lines)
+
+
+def _reason(e: BaseException, limit: int) -> str:
+    """The exception's type and first non-empty line."""
+    first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
+    return f"{type(e).__name__}: {first}"[:limit]
+
+
+def _breaks(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
+    """One line per break ``torchmux.explain`` finds, with the user's file:line: the breaks left after
+    the mend pass, or where it leaves none (export refused what Dynamo's graphs take), those without it."""
+    from ..api.explain import explain
+
+    lines: list[str] = []
+    try:
+        for mend in (True, False):
+            report = explain(model, *args, mend=mend, **kwargs)
+            found = list(report.break_reasons) + list(report.not_captured)
+            lines = [f"  break: {b}" for b in found]
+            if lines:
+                return lines if mend else lines + ["  (the mend pass removes these breaks for Dynamo; not for export)"]
+    except Exception as e:  # explain itself failed: the reasons above are still the answer
+        return [f"  (torchmux.explain could not list the breaks: {_reason(e, 200)})"]
+    return ["  (torchmux.explain finds no graph break: Dynamo captures the program in one graph, export refuses it)"]
 
 
 def normalize(program: torch.export.ExportedProgram) -> tuple[GraphIR, list[torch.Tensor]]:

@@ -1,0 +1,140 @@
+"""Capture for ``torchmux.export`` (``frontends/export.py``): what ``torch.export`` takes, taken as it is;
+a program only strict mode takes, taken strict; a data-dependent ``if`` that only the mend pass's
+rewrite lets export take, taken with its rewrite; a program nothing takes, refused with the user's line.
+
+Each captured program is run and compared with the eager module, on inputs that take each branch.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+import torch.nn as nn
+
+from torchmux.frontends.export import ExportRefused, capture
+
+
+class Plain(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x).relu()
+
+
+class SizeFromData(nn.Module):
+    """``int(t.max())`` as a size: non-strict export needs a Python int there; strict keeps it symbolic."""
+
+    def forward(self, x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        k = int(n.max())
+        return torch.zeros(k, 3) + x.sum()
+
+
+class Branch(nn.Module):
+    """An ``if`` on a tensor's value: both export modes refuse it; the mend pass makes it a select."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc(x)
+        if y.sum() > 0:
+            z = y * 2
+        else:
+            z = y - 1
+        return z
+
+
+class RandomBranch(nn.Module):
+    """Only one side may run (it draws random numbers): the mend pass makes it ``torch.cond``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.mean() > 0:
+            return x.exp()
+        return x + torch.rand_like(x)
+
+
+class Unexportable(nn.Module):
+    """The branches give different shapes: neither ``torch.where`` nor ``torch.cond`` can join them."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:
+            return x[:2]
+        return x
+
+
+def test_a_program_torch_export_takes_is_taken_as_it_is() -> None:
+    model, x = Plain().eval(), torch.randn(2, 4)
+    before = model.forward
+    captured = capture(model, (x,))
+    assert (captured.strict, captured.mended) == (False, False)
+    torch.testing.assert_close(captured.program.module()(x), model(x))
+    assert list(captured.ir.input_kinds) == ["param", "param", "input"]
+    assert model.forward == before  # the user's module is left as it was
+
+
+def test_a_program_only_strict_export_takes_is_taken_strict() -> None:
+    model, x, n = SizeFromData().eval(), torch.randn(5, 3), torch.tensor([2, 4])
+    with pytest.raises(Exception, match="data-dependent"):
+        torch.export.export(model, (x, n), strict=False)
+    captured = capture(model, (x, n))
+    assert (captured.strict, captured.mended) == (True, False)
+    program = captured.program.module()
+    torch.testing.assert_close(program(x, n), model(x, n))
+    other = torch.tensor([1, 6])  # another size from the data: the program is not specialized to 4
+    torch.testing.assert_close(program(x, other), model(x, other))
+
+
+def test_a_data_dependent_if_is_taken_after_the_mend_pass_and_answers_both_ways() -> None:
+    model = Branch().eval()
+    x = torch.randn(3, 4)
+    for strict in (False, True):
+        with pytest.raises(Exception, match="[Dd]ata-dependent"):
+            torch.export.export(model, (x,), strict=strict)
+    captured = capture(model, (x,))
+    assert captured.mended
+    assert not model.__dict__.get("forward")  # the rewrite was installed for the capture only
+    program = captured.program.module()
+    ops = {n.target for n in captured.program.graph.nodes if n.op == "call_function"}
+    assert torch.ops.aten.where.self in ops
+    up, down = torch.full((3, 4), 5.0), torch.full((3, 4), -5.0)  # inputs on both sides of the test
+    sides = {bool(model.fc(t).sum() > 0) for t in (up, down, x)}
+    assert sides == {True, False}
+    for t in (up, down, x):
+        torch.testing.assert_close(program(t), model(t))
+
+
+def test_a_branch_that_only_one_side_may_run_becomes_torch_cond() -> None:
+    model, x = RandomBranch().eval(), torch.rand(2, 3)
+    captured = capture(model, (x,))
+    assert captured.mended
+    ops = {n.target for n in captured.program.graph.nodes if n.op == "call_function"}
+    assert torch.ops.higher_order.cond in ops
+    program = captured.program.module()
+    torch.testing.assert_close(program(x), x.exp())  # mean > 0: the deterministic side
+    low = -torch.rand(2, 3) - 2  # mean < 0: the random side, x + U[0, 1)
+    out = program(low)
+    assert bool(((out - low) >= 0).all() and ((out - low) < 1).all())
+
+
+def test_a_program_nothing_takes_is_refused_with_the_users_line() -> None:
+    model, x = Unexportable().eval(), torch.randn(3, 4)
+    with pytest.raises(ExportRefused) as refused:
+        capture(model, (x,))
+    message = str(refused.value)
+    lines, first = inspect.getsourcelines(Unexportable.forward)
+    line = first + next(i for i, text in enumerate(lines) if "if x.sum() > 0" in text)
+    assert f"{__file__}:{line}" in message
+    for how in ("non-strict:", "strict:", "after the mend pass"):
+        assert how in message
+    assert "torch.cond" in message  # what to do about it
+
+
+def test_capture_with_the_mend_pass_off_is_refused_at_the_branch() -> None:
+    with pytest.raises(ExportRefused) as refused:
+        capture(Branch().eval(), (torch.randn(3, 4),), mend=False)
+    assert "after the mend pass" not in str(refused.value)
