@@ -1,4 +1,5 @@
-"""The ``torchmux`` command: ``torchmux list``, ``torchmux demo``, ``torchmux bench``, ``torchmux cache``."""
+"""The ``torchmux`` command: ``torchmux list``, ``torchmux demo``, ``torchmux bench``, ``torchmux cache``,
+``torchmux package inspect FILE``."""
 
 from __future__ import annotations
 
@@ -24,8 +25,21 @@ def main(argv: list[str] | None = None) -> int:
     bench = sub.add_parser("bench", help="benchmark the model zoo across systems (see `torchmux bench --help`)")
     bench.add_argument("rest", nargs=argparse.REMAINDER)
     sub.add_parser("cache", help="inspect and manage the cache: ls, clear, export, import, stats")
+    package = sub.add_parser("package", help="what a package (torchmux.export(...).save(path)) holds")
+    package.add_argument("action", choices=["inspect"])
+    package.add_argument("file", help="the package file")
     args = parser.parse_args(argv)
 
+    if args.command == "package":
+        from ..core.package import PackageError
+        from .export import inspect_package
+
+        try:
+            print(inspect_package(args.file))
+        except PackageError as e:
+            print(f"torchmux package inspect: {e}", file=sys.stderr)
+            return 1
+        return 0
     if args.command == "list":
         from ..core.registry import format_backends, list_backends
 

@@ -53,6 +53,7 @@ from ..core.compare import mismatch
 from ..core.config import resolve
 from ..core.errors import BadArgumentError, TorchmuxError, TorchmuxFallbackWarning
 from ..core.ir import GraphIR
+from ..core.package import PackageError
 from ..core.registry import get_registry
 from ..core.version import __version__
 from ..frontends.export import Captured, capture
@@ -303,6 +304,20 @@ def _eager(program: torch.export.ExportedProgram) -> Callable[..., list[torch.Te
     return run
 
 
+def _spec(text: str) -> pytree.TreeSpec:
+    """A stored pytree spec; a container type of a library (a Hugging Face ``ModelOutput``) is known only
+    once that library registered it: the error says which module to import (none is imported from a file)."""
+    try:
+        return pytree.treespec_loads(text)
+    except NotImplementedError as e:
+        found = [w for w in str(e).split() if w.count(".") >= 2 and w[0].isalpha()]
+        module = found[0].rsplit(".", 1)[0] if found else "the library that defines it"
+        raise PackageError(
+            f"the package's inputs or outputs hold a type this process does not know yet ({e}); import {module} "
+            "before torchmux.load (the package names types, it never imports code)"
+        ) from e
+
+
 class _Call:
     """The per-call path of a package, shared by :class:`ExportedModel` and :class:`LoadedModel`: check
     each input against the plan, run the flat inputs, rebuild the output's structure."""
@@ -311,8 +326,7 @@ class _Call:
 
     def _setup_call(self, plan: Mapping[str, Any]) -> None:
         self.plan = plan
-        self._in_spec = pytree.treespec_loads(plan["in_spec"])
-        self._out_spec = pytree.treespec_loads(plan["out_spec"])
+        self._in_spec, self._out_spec = _spec(plan["in_spec"]), _spec(plan["out_spec"])
         self._n = len(plan["inputs"])
         # every input positional, each a tensor: the call's args are the flat inputs themselves
         self._positional = self._in_spec == pytree.tree_structure(((0,) * self._n, {}))

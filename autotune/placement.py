@@ -115,18 +115,28 @@ def _region_inputs(parent: fx.GraphModule, args: Sequence[Any]) -> dict[str, lis
 
 
 def build_placement(
-    ir: GraphIR, backend: Backend, args: Sequence[Any], *, mode: str | None, options: dict[str, Any]
+    ir: GraphIR,
+    backend: Backend,
+    args: Sequence[Any],
+    *,
+    mode: str | None,
+    options: dict[str, Any],
+    program: Any = None,
 ) -> Placement:
-    """Compile ``ir`` for ``backend``; raises whatever the backend raises (the tuner records it)."""
+    """Compile ``ir`` for ``backend``; raises whatever the backend raises (the tuner records it).
+    ``program`` (an exported program ``ir`` came from) reaches the backend only with the whole graph."""
     t0 = time.perf_counter()
     n_ops = len(ir.op_nodes)
     phases = getattr(backend, "phases", PHASES)
     if ir.phase not in phases:
         raise NotImplementedError(f"compiles {' and '.join(sorted(phases))} graphs only, not {ir.phase} graphs")
     granularity = getattr(backend, "granularity", "regions")
-    rejected = unsupported_ops(ir, backend)
+    # a backend that exports whole programs itself (ONNX Runtime, AOTInductor) takes the program whole:
+    # its claims describe its translation of single ATen ops, which it does not use then
+    whole = program is not None and getattr(backend, "exports_programs", False)
+    rejected = [] if whole else unsupported_ops(ir, backend)
     if not rejected and granularity != "ops":
-        fn = backend.compile(CompileRequest(ir, list(args), mode, options))
+        fn = backend.compile(CompileRequest(ir, list(args), mode, options, program=program))
         return Placement(backend.name, fn, n_ops, 0, 1, time.perf_counter() - t0, kernels=kernel_count_of(fn))
     if granularity == "graph":
         names = sorted({op_name(n) for n in rejected})

@@ -69,6 +69,7 @@ class Measurement:
     compile_seconds: float = 0.0
     placement: Placement | None = None
     samples: list[float] = field(default_factory=list)
+    quiet: bool = False  # a failure this process warned about already, on a graph of the same structure
 
     @property
     def summary(self) -> str:
@@ -124,11 +125,13 @@ def measure(
     timed: bool = True,
     progress: Callable[[str, str], None] | None = None,
     deadline: float | None = None,
+    program: Any = None,
 ) -> list[Measurement]:
     """Compile, check and (if ``timed``) time every backend on ``args``. Never raises for a backend's fault.
     ``progress(candidate, "compile" | "time")`` is called as each step starts (autotune/progress.py).
     ``deadline``: seconds a candidate's compile and first checked calls may take (default
-    ``TORCHMUX_TRIAL_DEADLINE``); see :func:`within_deadline`."""
+    ``TORCHMUX_TRIAL_DEADLINE``); see :func:`within_deadline`. ``program``: the ``ExportedProgram`` ``ir``
+    was normalized from (``torchmux.export``), handed to each backend in its request."""
     # trials never touch the user's tensors; parallel ATen ops run in the caller's thread (in_own_thread)
     args, reference = on_caller(lambda: _reference(ir, args))
     limit = settings.TRIAL_DEADLINE.get() if deadline is None else deadline
@@ -140,7 +143,9 @@ def measure(
         if any(m.backend == backend.name for m in results):
             continue
         try:  # a compile or first call that never returns costs the deadline, not the program
-            m = within_deadline(partial(_trial, ir, backend, args, reference, mode, options(backend.name)), limit)
+            m = within_deadline(
+                partial(_trial, ir, backend, args, reference, mode, options(backend.name), program), limit
+            )
         except TrialTimeout:
             m = Measurement(
                 backend.name, math.inf, False, f"timed out after {limit:g} s (compile and first checked calls)"
@@ -172,11 +177,12 @@ def _trial(
     reference: Sequence[Any],
     mode: str | None,
     options: dict[str, Any],
+    program: Any = None,
 ) -> Measurement:
     """Compile ``backend`` on ``ir`` and check its first two calls against ``reference``."""
     t0 = time.perf_counter()
     try:
-        placement = build_placement(ir, backend, args, mode=mode, options=options)
+        placement = build_placement(ir, backend, args, mode=mode, options=options, program=program)
     except Exception as e:
         return Measurement(backend.name, math.inf, False, f"compile failed: {short_error(e)}", time.perf_counter() - t0)
     m = Measurement(backend.name, math.inf, False, "", placement.compile_seconds, placement)

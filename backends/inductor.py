@@ -30,6 +30,7 @@ class InductorBackend(extend.Backend):
     # folds the statistics and turns a NaN input into a different NaN pattern than eager's
     nonfinite_unsafe = frozenset({"aten._native_batch_norm_legit_no_training.default"})
     contract_version = extend.CONTRACT_VERSION
+    exports_programs = True  # torchmux.export: AOTInductor / torch.onnx.export of the whole program
     # free-form: every option is an Inductor config patch (a name in torch._inductor.config, such as
     # options={"inductor.epilogue_fusion": False}), passed to compile_fx unchecked; Inductor itself
     # refuses an unknown name when the graph compiles (a failed candidate, so eager runs it)

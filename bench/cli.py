@@ -44,9 +44,12 @@ from typing import Any
 
 from .results import MEASURES, assemble, geomeans
 from .run import (
+    AOTI,
     AUTO,
     AUTO_SPLIT,
     EAGER,
+    EXPORT,
+    EXPORT_AUTO,
     INDUCTOR,
     INDUCTOR_FREEZING,
     ONNX_EXPORT,
@@ -186,7 +189,9 @@ def resolve_systems(spec: str, device: str) -> tuple[list[str], dict[str, str]]:
     skipped: dict[str, str] = {}
     if spec.strip() in ("", "default", "all"):
         outside = [INDUCTOR_FREEZING] + ([ONNX_EXPORT] if device == "cpu" and runnable.get("onnxruntime") == "" else [])
+        outside.append(AOTI)
         wanted = [EAGER, INDUCTOR] + outside + [f"torchmux:{n}" for n in registry.names if n in by_default] + [AUTO]
+        wanted.append(EXPORT_AUTO)
         for n, why in runnable.items():
             if n != "eager" and n not in by_default:
                 skipped[f"torchmux:{n}"] = (
@@ -196,8 +201,20 @@ def resolve_systems(spec: str, device: str) -> tuple[list[str], dict[str, str]]:
         wanted = []
         for item in (s.strip() for s in spec.split(",") if s.strip()):
             name = {"auto": AUTO, "auto-split": AUTO_SPLIT, "torch.compile": INDUCTOR}.get(item, item)
-            if name in (AUTO_SPLIT, INDUCTOR_FREEZING, ONNX_EXPORT):
+            if name in (AUTO_SPLIT, INDUCTOR_FREEZING, ONNX_EXPORT, AOTI):
                 wanted.append(name)
+                continue
+            if name.startswith(EXPORT):  # torchmux-export:<backend> or torchmux-export:auto
+                backend = name.removeprefix(EXPORT)
+                if backend != "auto" and backend not in runnable:
+                    raise BenchArgumentError(
+                        f"--systems: {item!r}: {backend!r} is no backend; choose from auto, "
+                        + ", ".join(registry.names)
+                    )
+                if backend != "auto" and runnable[backend]:
+                    skipped[name] = runnable[backend]
+                else:
+                    wanted.append(name)
                 continue
             if name not in (EAGER, INDUCTOR, AUTO) and not name.startswith("torchmux:"):
                 name = f"torchmux:{name}"

@@ -63,10 +63,15 @@ MATCH_SCALE = 5.0
 EAGER, INDUCTOR, AUTO = "eager", "inductor", "torchmux:auto"
 #: torchmux auto that also tries each graph cut into pieces, each on its own fastest backend (split.py)
 AUTO_SPLIT = "torchmux:auto-split"
-AUTOS = (AUTO, AUTO_SPLIT)
+AUTOS = (AUTO, AUTO_SPLIT, "torchmux-export:auto")
 #: what a user would pick instead of torchmux: torch.compile with Inductor's freezing (its CPU inference
 #: setting), and ONNX Runtime used directly (torch.onnx.export + InferenceSession, outside torchmux)
 INDUCTOR_FREEZING, ONNX_EXPORT = "inductor-freezing", "onnxruntime-export"
+#: AOTInductor used as its docs say (``aoti_compile_and_package`` of ``torch.export.export``, then
+#: ``aoti_load_package`` and a call of the loaded model); torchmux's package (``torchmux.export`` with a
+#: backend or auto, saved and loaded again: what a deployment runs, no Dynamo in the call)
+AOTI, EXPORT = "aoti", "torchmux-export:"
+EXPORT_AUTO = EXPORT + "auto"
 #: every system that is not a torchmux auto: what auto must beat
 
 
@@ -90,6 +95,10 @@ def make_compiled(system: str, model: torch.nn.Module, threads: int | None = Non
         return torch.compile(model, backend="inductor", options={"freezing": True})
     if system == ONNX_EXPORT:
         return _OnnxExport(model, threads)
+    if system == AOTI:
+        return _Aoti(model)
+    if system.startswith(EXPORT):
+        return _TorchmuxExport(model, system.removeprefix(EXPORT), threads)
     if system.startswith("torchmux:"):
         import torchmux
         from torchmux.core.registry import get_registry
@@ -138,6 +147,53 @@ class _OnnxExport:
         }
         outs = [torch.from_numpy(o) for o in self.session.run(None, feeds)]
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+class _Aoti:
+    """``aoti_compile_and_package(torch.export.export(model, args))`` and ``aoti_load_package`` at the first
+    call, called as AOTInductor's docs show (``loaded(*args)``)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.loaded: Any = None
+
+    def __call__(self, *args: Any) -> Any:
+        if self.loaded is None:
+            import tempfile
+
+            from torch._inductor import aoti_compile_and_package, aoti_load_package
+
+            with torch.no_grad():
+                program = torch.export.export(self.model, args)
+                path = os.path.join(tempfile.mkdtemp(prefix="torchmux-bench-aoti-"), "model.pt2")
+                aoti_compile_and_package(program, package_path=path)
+            self.loaded = aoti_load_package(path)
+        return self.loaded(*args)
+
+
+class _TorchmuxExport:
+    """``torchmux.export(model, args, backend=...)`` at the first call, saved to a file and loaded back with
+    ``torchmux.load``: the bench times the package as a deployment runs it."""
+
+    def __init__(self, model: torch.nn.Module, backend: str, threads: int | None) -> None:
+        self.model, self.backend, self.threads = model, backend, threads
+        self.loaded: Any = None
+        self.auto_choices: dict[str, str] | None = None
+
+    def __call__(self, *args: Any) -> Any:
+        if self.loaded is None:
+            import tempfile
+
+            import torchmux
+            from torchmux.core.registry import get_registry
+
+            names = get_registry().names
+            options = {f"{b}.{o}": self.threads for b, o in THREAD_OPTIONS.items() if self.threads and b in names}
+            exported = torchmux.export(self.model, args, backend=self.backend, options=options)
+            path = exported.save(os.path.join(tempfile.mkdtemp(prefix="torchmux-bench-export-"), "model.tmux"))
+            self.loaded = torchmux.load(path)
+            self.auto_choices = {"program": self.loaded.backend}
+        return self.loaded(*args)
 
 
 def cache_env(root: Path) -> dict[str, str]:
@@ -325,7 +381,7 @@ def _prepared(
         mismatch=wrong,
         notes=notes,
         calls_per_sample=calls,
-        auto_choices=recorder.chosen() if system in AUTOS else None,
+        auto_choices=(getattr(fn, "auto_choices", None) or recorder.chosen()) if system in AUTOS else None,
     )
     return fn, calls
 

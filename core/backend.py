@@ -211,6 +211,10 @@ class Backend:
     #: non-finite variants, ``"nonfinite_unsafe"`` in claims.json): a graph holding one is re-checked on
     #: every call whose inputs are not all finite (autotune/verify.py)
     nonfinite_unsafe: frozenset[str] = frozenset()
+    #: whether :meth:`compile` builds from ``CompileRequest.program`` when one is given (contract 3): the
+    #: whole program then goes to it whatever its claims say (they describe single ATen ops, which a
+    #: program exporter does not translate one by one); answers are checked as always
+    exports_programs: bool = False
 
     @property
     def version(self) -> str:

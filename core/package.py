@@ -164,13 +164,19 @@ class PackageReader:
         self._data: dict[str, bytes] = {}
         for name, entry in members.items():
             try:
-                data = self._zip.read(name)
+                data = self._zip.read(name)  # zip's own CRC-32 catches most damage first
+                why = (
+                    ""
+                    if len(data) == entry.get("size")
+                    else f"{len(data)} bytes, the manifest says {entry.get('size')}"
+                )
+                why = why or ("" if hashlib.sha256(data).hexdigest() == entry.get("sha256") else "its SHA-256 differs")
             except (zipfile.BadZipFile, EOFError, OSError, ValueError) as e:
-                raise PackageError(f"{self.path}: member {name} cannot be read ({e}); the file is damaged") from e
-            if len(data) != entry.get("size") or hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+                why = str(e)
+            if why:
                 raise PackageError(
-                    f"{self.path}: member {name} does not match its SHA-256 in the manifest: the file was "
-                    "damaged or altered after it was saved. Export it again (or copy it again)"
+                    f"{self.path}: member {name} is damaged or altered ({why}): it is not what was saved. "
+                    "Export it again (or copy it again)"
                 )
             self._data[name] = data
 

@@ -89,6 +89,7 @@ class OnnxRuntimeBackend(extend.Backend):
     # float32 (their cast back dangles, or layer/batch norm returns float32 statistics): not claimed.
     claims = load_claims(Path(__file__).with_name("claims.json"))
     contract_version = extend.CONTRACT_VERSION
+    exports_programs = True  # torchmux.export: AOTInductor / torch.onnx.export of the whole program
     options_schema = OPTIONS
     nonfinite_unsafe = load_nonfinite_unsafe(Path(__file__).with_name("claims.json"))
 

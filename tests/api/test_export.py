@@ -1,0 +1,267 @@
+"""torchmux.export -> save -> torchmux.load in a fresh process: real torch.export, ONNX Runtime sessions,
+AOTInductor packages, and the package's checks (a flipped byte, a truncated file, a planted library,
+inputs outside the declared range, a weight swap)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+
+import torchmux
+from torchmux.api.export import PackageInputError
+from torchmux.bench import zoo
+from torchmux.core.errors import BadArgumentError
+from torchmux.core.package import PackageError, PackageReader
+
+Dim = torch.export.Dim
+
+# the child: load the package, call it on the stored inputs, report what ran, what it warned, the error
+# against the stored answer, and whether Dynamo counted anything across the load and 100 calls
+CHILD = textwrap.dedent(
+    """
+    import json, sys, warnings, copy
+    {preamble}
+    import torch
+    import torchmux
+    from torchmux.bench import zoo
+
+    path, data = sys.argv[1], sys.argv[2]
+    d = torch.load(data, weights_only=True)
+    before = copy.deepcopy(dict(torch._dynamo.utils.counters))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m = torchmux.load(path)
+        with torch.no_grad():
+            out = m(*d["inputs"])
+            for _ in range(100):
+                m(*d["inputs"])
+    after = dict(torch._dynamo.utils.counters)
+    err = max(float((a - b).abs().max()) for a, b in zip(zoo.tensors_of(out), d["expected"]))
+    print(json.dumps({{
+        "backend": m.backend,
+        "warnings": [str(w.message) for w in caught if issubclass(w.category, torchmux.TorchmuxFallbackWarning)],
+        "err": err,
+        "dynamo_unchanged": before == after,
+    }}))
+    """
+)
+
+
+def _load_in_child(path: Path, inputs: tuple, expected: list, *, preamble: str = "", env: dict | None = None) -> dict:
+    data = path.with_suffix(".data")
+    torch.save({"inputs": list(inputs), "expected": [t.detach() for t in expected]}, data)
+    script = CHILD.format(preamble=preamble)
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(path), str(data)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **(env or {})},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _eager(model: nn.Module, *args: torch.Tensor) -> list[torch.Tensor]:
+    with torch.no_grad():
+        return zoo.tensors_of(model(*args))
+
+
+@pytest.fixture(scope="module")
+def mlp() -> tuple[nn.Module, tuple]:
+    torch.manual_seed(0)
+    return zoo.build("mlp", 4)
+
+
+@pytest.fixture(scope="module")
+def mlp_ort(mlp, tmp_path_factory) -> Path:
+    model, args = mlp
+    exported = torchmux.export(model, args, backend="onnxruntime", dynamic_shapes=({0: Dim("batch", min=1, max=32)},))
+    assert exported.backend == "onnxruntime"
+    return exported.save(tmp_path_factory.mktemp("pkg") / "mlp.tmux")
+
+
+def test_mlp_onnxruntime_in_a_fresh_process_at_another_batch_size(mlp, mlp_ort) -> None:
+    model, _ = mlp
+    x = torch.randn(7, 256)  # not the example's batch size: the ONNX model's batch dimension is symbolic
+    result = _load_in_child(mlp_ort, (x,), _eager(model, x))
+    assert result["backend"] == "onnxruntime" and result["warnings"] == []
+    assert result["err"] < 1e-4
+    assert result["dynamo_unchanged"]  # no Dynamo frame, no guard, across the load and 100 calls
+
+
+def test_package_members_and_inspect(mlp_ort) -> None:
+    reader = PackageReader(mlp_ort)
+    assert reader.names() == [
+        "artifacts/onnxruntime/meta.json",
+        "artifacts/onnxruntime/model.onnx",
+        "plan.json",
+        "program.pt2",
+    ]
+    assert reader.manifest["torch"] == torch.__version__ and reader.manifest["backends"]["onnxruntime"]
+    # eager always works: the program inside is torch.export's own format
+    import io
+
+    program = torch.export.load(io.BytesIO(reader.read("program.pt2")))
+    assert isinstance(program, torch.export.ExportedProgram)
+    out = subprocess.run(
+        [sys.executable, "-m", "torchmux", "package", "inspect", str(mlp_ort)], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert "chosen: onnxruntime" in out.stdout and "s" in out.stdout and "in [1, 32]" in out.stdout
+
+
+def test_loads_where_onnxruntime_cannot_be_imported(mlp, mlp_ort) -> None:
+    model, args = mlp
+    result = _load_in_child(
+        mlp_ort, args, _eager(model, *args), preamble="sys.modules['onnxruntime'] = None  # import fails"
+    )
+    assert result["backend"] == "eager"
+    assert len(result["warnings"]) == 1 and "onnxruntime" in result["warnings"][0]
+    assert result["err"] < 1e-5
+
+
+def test_inputs_are_checked_against_the_declared_range(mlp, mlp_ort) -> None:
+    m = torchmux.load(mlp_ort)
+    with pytest.raises(PackageInputError, match=r"input 0 dimension 0 \(.*\) must be in \[1, 32\].*got 33"):
+        m(torch.randn(33, 256))
+    with pytest.raises(PackageInputError, match="dimension 1 must be 256"):
+        m(torch.randn(2, 255))
+    with pytest.raises(PackageInputError, match="must be float32"):
+        m(torch.randn(2, 256, dtype=torch.float64))
+    with pytest.raises(PackageInputError, match="takes 1 input"):
+        m(torch.randn(2, 256), torch.randn(2, 256))
+    with pytest.raises(PackageInputError, match="inference only"):
+        m(torch.randn(2, 256, requires_grad=True))
+
+
+def test_damaged_and_foreign_files_are_clear_errors(mlp_ort, tmp_path) -> None:
+    data = bytearray(mlp_ort.read_bytes())
+    info = zipfile.ZipFile(mlp_ort).getinfo("artifacts/onnxruntime/model.onnx")
+    flipped = tmp_path / "flipped.tmux"
+    data[info.header_offset + 200] ^= 0xFF  # inside the stored ONNX model
+    flipped.write_bytes(bytes(data))
+    with pytest.raises(PackageError, match="model.onnx is damaged or altered"):
+        torchmux.load(flipped)
+    truncated = tmp_path / "truncated.tmux"
+    truncated.write_bytes(mlp_ort.read_bytes()[: len(data) // 2])
+    with pytest.raises(PackageError, match="not a torchmux package|damaged or altered"):
+        torchmux.load(truncated)
+    foreign = tmp_path / "foreign.zip"
+    with zipfile.ZipFile(foreign, "w") as z:
+        z.writestr("hello.txt", "not a package")
+    with pytest.raises(PackageError, match="no manifest.json"):
+        torchmux.load(foreign)
+
+
+def test_weights_swap_without_exporting_again(mlp, mlp_ort) -> None:
+    model, args = mlp
+    m = torchmux.load(mlp_ort)
+    other, _ = zoo.build("mlp", 4)  # same architecture, other random weights
+    new = other.state_dict()
+    with pytest.raises(BadArgumentError, match="unexpected"):
+        m.load_state_dict({**new, "nope": torch.zeros(1)})
+    with pytest.raises(BadArgumentError, match=r"layers.0.weight must be torch.float32\[1024, 256\]"):
+        m.load_state_dict({**new, "layers.0.weight": torch.zeros(3, 3)})
+    with torch.no_grad():  # the refused swaps left the old weights serving
+        torch.testing.assert_close(m(*args), model(*args), rtol=1e-4, atol=1e-4)
+    m.load_state_dict(new)
+    assert m.backend == "onnxruntime"
+    with torch.no_grad():
+        torch.testing.assert_close(m(*args), other(*args), rtol=1e-4, atol=1e-4)
+
+
+def test_training_mode_and_training_calls_are_refused() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+    with pytest.raises(BadArgumentError, match="model.eval"):
+        torchmux.export(model, (torch.randn(2, 4),), backend="eager")
+
+
+def test_cnn_with_batch_norm_on_auto_and_eager(tmp_path) -> None:
+    torch.manual_seed(1)
+    model, args = zoo.build("resnet", 2)
+    expected = _eager(model, *args)
+    for backend in (["onnxruntime", "eager"], "eager"):
+        exported = torchmux.export(model, args, backend=backend)
+        with torch.no_grad():
+            torch.testing.assert_close(exported(*args), expected[0], rtol=1e-4, atol=1e-4)
+        path = exported.save(tmp_path / f"cnn-{exported.backend}.tmux")
+        result = _load_in_child(path, args, expected)
+        assert result["backend"] == exported.backend and result["warnings"] == []
+        assert result["err"] < 1e-4
+    plan = PackageReader(path).json("plan.json")
+    assert plan["chosen"] == "eager" and [c["backend"] for c in plan["candidates"]] == ["eager"]
+
+
+def test_tiny_bert_with_a_dynamic_sequence_length(tmp_path) -> None:
+    pytest.importorskip("transformers")
+    torch.manual_seed(2)
+    model, args = zoo.build("bert", 2)
+    exported = torchmux.export(model, args, backend="onnxruntime", dynamic_shapes=({1: Dim("seq", min=2, max=64)},))
+    assert exported.backend == "onnxruntime"
+    path = exported.save(tmp_path / "bert.tmux")
+    x = torch.randint(0, 100, (2, 19))
+    # the output is a ModelOutput: transformers registers it with pytree, and the package never imports code
+    out = subprocess.run(
+        [sys.executable, "-c", f"import torchmux; torchmux.load({str(path)!r})"], capture_output=True, text=True
+    )
+    assert out.returncode != 0 and "import transformers.modeling_outputs before torchmux.load" in out.stderr
+    result = _load_in_child(path, (x,), _eager(model, x), preamble="import transformers.modeling_outputs")
+    assert result["backend"] == "onnxruntime" and result["warnings"] == [] and result["err"] < 1e-4
+    m = torchmux.load(path)
+    with torch.no_grad():
+        out = m(x)
+    assert type(out).__name__ == "BaseModelOutputWithPoolingAndCrossAttentions"  # the output's structure
+
+
+def test_a_program_export_refuses_is_an_error_that_names_the_line() -> None:
+    class Branchy(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.nonzero().sum() + len(set(x.tolist()))  # data-dependent Python: no graph holds it
+
+    with pytest.raises(torchmux.TorchmuxError, match="torch.export refused the program"):
+        torchmux.export(Branchy().eval(), (torch.randn(4),), backend="eager", options={"mend": False})
+
+
+@pytest.mark.slow
+def test_aoti_package_signed_and_a_planted_library_is_not_loaded(mlp, tmp_path) -> None:
+    model, args = mlp
+    exported = torchmux.export(model, args, backend="inductor")
+    assert exported.backend == "inductor"
+    path = exported.save(tmp_path / "mlp-aoti.tmux")
+    reader = PackageReader(path)
+    assert reader.trusted("artifacts/inductor/model.pt2") == (True, "")
+    result = _load_in_child(path, args, _eager(model, *args))
+    assert result["backend"] == "inductor" and result["warnings"] == [] and result["err"] < 1e-4
+
+    # plant another library, with a manifest whose digest matches it: the signature does not
+    planted = tmp_path / "planted.tmux"
+    manifest = dict(reader.manifest)
+    evil = b"\x7fELF" + os.urandom(4096)
+    import hashlib
+
+    members = {n: reader.read(n) for n in reader.names()}
+    members["artifacts/inductor/model.pt2"] = evil
+    manifest["members"] = {n: {"size": len(d), "sha256": hashlib.sha256(d).hexdigest()} for n, d in members.items()}
+    with zipfile.ZipFile(planted, "w") as z:
+        z.writestr("manifest.json", json.dumps(manifest))
+        for n, d in members.items():
+            z.writestr(n, d)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m = torchmux.load(planted)
+    assert m.backend == "inductor"  # rebuilt from the program (this user's own cached build), not loaded
+    text = " ".join(str(w.message) for w in caught)
+    assert "not signed" in text or "does not trust" in text, text
+    with torch.no_grad():
+        torch.testing.assert_close(m(*args), model(*args), rtol=1e-4, atol=1e-4)
