@@ -23,7 +23,8 @@ import torch.fx as fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from ..core.backend import PHASES, Backend, CompileRequest, kernel_count_of
+from ..core.artifacts import MissingClaims
+from ..core.backend import PHASES, Backend, CompileRequest, kernel_count_of, node_float_dtypes
 from ..core.ir import GraphIR, op_name
 
 # Ops that move no data: a region made only of these is not worth a backend call.
@@ -151,25 +152,25 @@ def build_placement(
     partitions = [p for p in proposed if sum(_base_name(n) not in _TRIVIAL for n in p.nodes) >= least]
     if not partitions:
         why = f"no region of {least}+ ops that move data" if least > 1 or not rejected else "none of the graph's ops"
-        first = f" (first unclaimed: {op_name(rejected[0])})" if rejected else ""
+        first = f" (first unclaimed: {op_name(rejected[0])}{_decline_reason(backend, rejected[0])})" if rejected else ""
         raise NotImplementedError(f"claims {why} among its {n_ops} ops{first}")
     placed = {n.name for p in partitions for n in p.nodes}
     eager_ops = [op_name(n) for n in gm.graph.nodes if n.op == "call_function" and n.name not in placed]
     fused = partitioner.fuse_partitions(partitions)
     calls = [n for n in fused.graph.nodes if n.op == "call_module"]
+    kinds_of = {n.name: k for n, k in zip(ir.placeholders, ir.input_kinds)}
+    region_kinds = {str(call.target): _normalize_region(fused, call, kinds_of) for call in calls}
+    fused.recompile()
     inputs = _region_inputs(fused, args)
     on_backend, kernels = 0, 0
     for i, call in enumerate(calls):
         sub: fx.GraphModule = getattr(fused, str(call.target))
-        for ph, arg in zip([n for n in sub.graph.nodes if n.op == "placeholder"], call.args):
-            if isinstance(arg, fx.Node) and "val" in arg.meta:
-                ph.meta["val"] = arg.meta["val"]
         out_node = next(n for n in reversed(sub.graph.nodes) if n.op == "output")
         single = not isinstance(out_node.args[0], (tuple, list))
         if single:
             out_node.args = ((out_node.args[0],),)
             sub.recompile()
-        sub_ir = GraphIR(sub, name=f"{ir.name}.{backend.name}{i}", phase=ir.phase)
+        sub_ir = GraphIR(sub, region_kinds[str(call.target)], name=f"{ir.name}.{backend.name}{i}", phase=ir.phase)
         fn = backend.compile(CompileRequest(sub_ir, inputs[str(call.target)], mode, options))
         kernels += kernel_count_of(fn) or 0
         on_backend += len(sub_ir.op_nodes)
@@ -191,6 +192,74 @@ def build_placement(
         notes=[f"ran eagerly (not claimed): {', '.join(names[:8])}{'...' if len(names) > 8 else ''}"],
         eager_ops=eager_ops,
     )
+
+
+def _normalize_region(parent: fx.GraphModule, call: fx.Node, kinds_of: dict[str, str]) -> list[str]:
+    """Make the region that ``call`` runs a normalized graph like any other (core/ir.py, "What a backend
+    receives"), and return its input kinds.
+
+    The partitioner leaves every value a region reads from outside as a placeholder, created where it
+    is first used (between the op nodes) and with no kind. Here: a tensor the parent holds as a
+    ``get_attr`` (a frozen weight ``_frozen_N``, a small constant) becomes a ``get_attr`` of the region
+    too, and leaves the call's arguments; the remaining placeholders move before every other node, in
+    the call's argument order, each labelled with its kind in the parent (``"param"``/``"buffer"`` for
+    a weight the parent holds as a placeholder, else ``"input"``); the ``get_attr`` nodes follow them."""
+    sub: fx.GraphModule = getattr(parent, str(call.target))
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    consts: list[tuple[fx.Node, str, Any]] = []
+    keep_args: list[Any] = []
+    kinds: list[str] = []
+    for ph, arg in zip([n for n in sub.graph.nodes if n.op == "placeholder"], call.args):
+        meta = {**ph.meta, **({"val": arg.meta["val"]} if isinstance(arg, fx.Node) and "val" in arg.meta else {})}
+        value = _attr(parent, str(arg.target)) if isinstance(arg, fx.Node) and arg.op == "get_attr" else None
+        if isinstance(value, torch.Tensor):
+            consts.append((ph, str(arg.target).replace(".", "_"), value))  # type: ignore[union-attr]
+            ph.meta = meta
+            continue
+        env[ph] = graph.placeholder(ph.name)
+        env[ph].meta = meta
+        keep_args.append(arg)
+        parent_ph = arg if isinstance(arg, fx.Node) and arg.op == "placeholder" else None
+        kinds.append(kinds_of.get(parent_ph.name, "input") if parent_ph is not None else "input")
+    for ph, name, value in consts:
+        sub.register_buffer(name, value)
+        env[ph] = graph.get_attr(name)
+        env[ph].meta = ph.meta
+    for node in sub.graph.nodes:
+        if node.op != "placeholder":
+            env[node] = graph.node_copy(node, lambda n: env[n])
+    graph.lint()
+    sub.graph = graph  # recompiles
+    call.args = tuple(keep_args)
+    return kinds
+
+
+def _decline_reason(backend: Backend, node: fx.Node) -> str:
+    """Why ``node`` was not claimed, when the reason is not the op itself: no claims file yet, or the
+    dtype (outside the backend's ``dtypes``, or the op claimed in another dtype only); else ""."""
+    claims = getattr(backend, "claims", None)
+    if isinstance(claims, MissingClaims):
+        return f": its claims file {claims.path} does not exist yet (python -m torchmux.testing.probe writes it)"
+    floats = sorted(str(d).removeprefix("torch.") for d in node_float_dtypes(node))
+    listed = [str(d).removeprefix("torch.") for d in getattr(backend, "dtypes", ())]
+    outside = [d for d in floats if d not in listed]
+    if outside:
+        return f": it computes in {', '.join(outside)}, and the backend's dtypes are {', '.join(listed) or 'none'}"
+    if claims is not None:
+        name = op_name(node)
+        missing = [d for d in floats if name not in claims.get(d, ())]
+        elsewhere = sorted(d for d, ops in claims.items() if name in ops)
+        if missing and elsewhere:
+            return f": claimed in {', '.join(elsewhere)}, not in {', '.join(missing)}"
+    return ""
+
+
+def _attr(module: torch.nn.Module, target: str) -> Any:
+    value: Any = module
+    for part in target.split("."):
+        value = getattr(value, part, None)
+    return value
 
 
 def _base_name(node: fx.Node) -> str:

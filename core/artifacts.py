@@ -24,12 +24,14 @@ import os
 import secrets
 import stat
 import tempfile
+import warnings
 from pathlib import Path
 
 from . import settings
 
 __all__ = [
     "NONFINITE_KEY",
+    "MissingClaims",
     "artifact_dir",
     "atomic_write",
     "authentic",
@@ -66,14 +68,43 @@ def atomic_write(path: Path, data: bytes | str) -> None:
         raise
 
 
+class MissingClaims(dict[str, frozenset[str]]):
+    """What :func:`load_claims` returns for a claims file that does not exist yet: no claims (the
+    backend claims no op, so every graph runs elsewhere), and the path it was looked for at, which the
+    placement's reason names. The probe ignores claims, so it runs on such a backend all the same."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+
+
 def load_claims(path: Path | str) -> dict[str, frozenset[str]]:
     """The ops a backend claims, per floating dtype, from the conformance suite's results.
 
-    The file is what ``python -m torchmux.testing.probe NAME --write PATH`` writes:
+    The file is what ``python -m torchmux.testing.probe BACKEND --write PATH`` writes:
     ``{"float32": ["aten.add.Tensor", ...], "float16": [...], "command": "..."}``. Keys are dtype names
     (``torch.float32`` without ``torch.``); the result maps each to the frozenset of ops that passed.
+
+    A file that does not exist yet (a new plugin, before its first probe) is not an error: the result
+    is an empty :class:`MissingClaims` (the backend claims nothing), with one warning that says how to
+    write the file. A file that exists but does not parse raises ``ValueError`` naming it.
     """
-    record = json.loads(Path(path).read_text())
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        warnings.warn(
+            f"torchmux: claims file {path} does not exist yet, so this backend claims no op. Write it with "
+            f"`python -m torchmux.testing.probe <your.plugin.module> --write {path}` (plugins.md, section 4)",
+            stacklevel=2,
+        )
+        return MissingClaims(path)
+    try:
+        record = json.loads(text)
+    except ValueError as e:
+        raise ValueError(
+            f"claims file {path} is not JSON ({e}); write it again with python -m torchmux.testing.probe"
+        ) from e
     return {k: frozenset(v) for k, v in record.items() if k not in ("command", NONFINITE_KEY)}
 
 
@@ -82,8 +113,11 @@ NONFINITE_KEY = "nonfinite_unsafe"
 
 
 def load_nonfinite_unsafe(path: Path | str) -> frozenset[str]:
-    """The ops a claims file lists under ``"nonfinite_unsafe"`` (empty if it has no such list)."""
-    return frozenset(json.loads(Path(path).read_text()).get(NONFINITE_KEY, ()))
+    """The ops a claims file lists under ``"nonfinite_unsafe"`` (empty if it has no such list, or no file yet)."""
+    try:
+        return frozenset(json.loads(Path(path).read_text()).get(NONFINITE_KEY, ()))
+    except FileNotFoundError:
+        return frozenset()
 
 
 def _key() -> bytes:

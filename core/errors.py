@@ -8,9 +8,17 @@ class TorchmuxError(Exception):
 
 
 class UnknownBackendError(TorchmuxError, ValueError):
-    def __init__(self, name: str, known: list[str], broken: list[tuple[str, str, str]] | None = None):
-        """``broken``: (plugin, where it came from, error) of every plugin that failed to load."""
-        self.name, self.known, self.broken = name, known, list(broken or [])
+    def __init__(
+        self,
+        name: str,
+        known: list[str],
+        broken: list[tuple[str, str, str]] | None = None,
+        skipped: list[str] | None = None,
+    ):
+        """``broken``: (plugin, where it came from, error) of every plugin that failed to load;
+        ``skipped``: with TORCHMUX_DISABLE_PLUGIN_AUTOLOAD set, the installed third-party plugins it kept
+        from loading (None: the variable is not set)."""
+        self.name, self.known, self.broken, self.skipped = name, known, list(broken or []), skipped
         message = f"unknown backend {name!r}. Known backends: {', '.join(sorted(known)) or '(none)'}. "
         if self.broken:
             likely = [b for b in self.broken if name.lower() in b[0].lower()] or self.broken
@@ -18,6 +26,12 @@ class UnknownBackendError(TorchmuxError, ValueError):
                 "It may come from a plugin that is broken and was skipped: "
                 + "; ".join(f"plugin {p!r} (from {src}) is broken: {err}" for p, src, err in likely)
                 + ". Fix that error; `torchmux list` shows every plugin's state."
+            )
+        elif self.skipped is not None:
+            message += (
+                "TORCHMUX_DISABLE_PLUGIN_AUTOLOAD is set, so no third-party plugin was loaded (installed: "
+                f"{', '.join(self.skipped) or 'none'}). Unset that variable, or name the plugin's module in "
+                "TORCHMUX_PLUGINS (e.g. TORCHMUX_PLUGINS=my_package.torchmux_plugin) to load just that one."
             )
         else:
             message += (

@@ -18,27 +18,133 @@ invariants, checked by :meth:`GraphIR.lint`:
    SymInt or a tuple of those) from which :class:`TensorSpec` reads shape, dtype, device and strides.
    The one exception: run-time checks (``aten._assert_scalar``, ``aten._assert_async``) return nothing,
    are used by nothing, and carry no value.
-4. *Flat signature.* Placeholders are positional tensors (or SymInts); the output node returns a flat
-   tuple of tensors, except that a backward graph's tuple may hold ``None`` (the gradient of an input
-   that needs none), and a compiled backward graph returns ``None`` in the same places. Parameters and buffers are *lifted*: they are placeholders like user inputs, and
-   :attr:`GraphIR.input_kinds` says which is which (``"input"``, ``"param"`` or ``"buffer"``). Backends
-   may treat params and buffers as constants for the lifetime of a compiled artifact only if they also
-   accept them as arguments (weights change between calls in training).
+4. *Flat signature.* Placeholders are positional tensors (or SymInts), in the order the compiled
+   callable receives its arguments, and come before every other node; ``get_attr`` nodes follow them,
+   then the ops; the output node returns a flat tuple of tensors, except that a backward graph's tuple
+   may hold ``None`` (the gradient of an input that needs none), and a compiled backward graph returns
+   ``None`` in the same places. :attr:`GraphIR.input_kinds` labels each placeholder ``"input"``,
+   ``"param"`` or ``"buffer"``.
 
-The printed form (``str(ir)``) shows one line per op with the spec of its result::
+**What a backend receives** (``CompileRequest.ir``). This section is the specification a backend
+author reads; the examples below are printed from real graphs by tests/core/test_ir_docs.py, which
+fails when they stop being what a backend gets. Weights reach a backend in one of two forms, and a
+backend must read both:
 
-    graph forward_0(x: f32[8, 16] input, w: f32[16, 16] param, b: f32[16] param):
-      %permute : f32[16, 16] = aten.permute.default(%w, [1, 0])
-      %addmm : f32[8, 16] = aten.addmm.default(%b, %x, %permute)
+- *Frozen*, the common case: an inference graph (``phase == "inference"``: Dynamo captured it with no
+  gradient needed, e.g. under ``torch.no_grad()``) with static shapes, when ``options={"freeze": ...}``
+  is left on. Every parameter and buffer is a ``get_attr`` node named ``_frozen_<k>`` (``k``: its
+  position among the unfrozen graph's placeholders); the tensor is an attribute of ``ir.gm``
+  (:meth:`GraphIR.constants` maps each name to it). It is the model's live weight, not a copy: read
+  it, never write it. Only the user's inputs remain placeholders (all ``"input"``). If a weight
+  changes, torchmux freezes again and calls ``compile()`` again (autotune/freeze.py).
+- *Lifted*: a training step's forward graph, an inference graph with ``freeze=False`` or with
+  symbolic shapes. Weights are placeholders labelled ``"param"`` or ``"buffer"``, passed on every call,
+  and may change between calls (an optimizer step): treat them as arguments, not constants.
+- A *backward* graph's placeholders are all ``"input"``: the values the forward saved for it (a weight
+  among them) and the incoming gradients (``tangents_N``).
+- *Constants* the program itself creates (``torch.tensor([...])`` in ``forward``) are ``get_attr``
+  nodes named ``_tensor_constant<N>`` in every phase.
+- A *region* (a backend with ``granularity="regions"`` or ``"ops"`` that leaves some ops to eager) is
+  a normalized graph under the same rules: its placeholders are the values it reads from the rest of
+  the graph, first and in argument order, labelled as in the whole graph (a lifted weight stays
+  ``"param"``/``"buffer"``, anything computed eagerly is ``"input"``); a frozen weight or constant it
+  reads stays a ``get_attr`` of the region's own ``gm``.
+
+The printed form (``str(ir)``) shows the placeholders with their spec and kind, then one line per
+``get_attr`` and op with the spec of its result; the ``# phase=... input_kinds=...`` line below each
+example is the test's, not part of the printed form. One ``nn.Linear(16, 16)`` and a buffer
+(``relu(lin(x)) * scale``), called with ``x: f32[8, 16]``:
+
+Example inference (``torch.no_grad()``; the default freeze)::
+
+    graph graph_0_frozen(arg2_1: f32[8, 16] input):
+      %_frozen_0 : f32[16, 16] = get_attr _frozen_0
+      %_frozen_1 : f32[16] = get_attr _frozen_1
+      %_frozen_3 : f32[16] = get_attr _frozen_3
+      %permute : f32[16, 16] = aten.permute.default(%_frozen_0, [1, 0])
+      %addmm : f32[8, 16] = aten.addmm.default(%_frozen_1, %arg2_1, %permute)
+      %relu : f32[8, 16] = aten.relu.default(%addmm)
+      %mul : f32[8, 16] = aten.mul.Tensor(%relu, %_frozen_3)
+      return (%mul)
+      # phase=inference input_kinds=['input']
+
+Example training (gradients enabled: a forward and a backward graph; the forward returns what the
+backward needs after the user's outputs, inputs included)::
+
+    graph graph_0_forward(primals_1: f32[16, 16] param, primals_2: f32[16] param, primals_3: f32[8, 16] input, primals_4: f32[16] buffer):
+      %permute : f32[16, 16] = aten.permute.default(%primals_1, [1, 0])
+      %addmm : f32[8, 16] = aten.addmm.default(%primals_2, %primals_3, %permute)
+      %relu : f32[8, 16] = aten.relu.default(%addmm)
+      %alias : f32[8, 16] = aten.alias.default(%relu)
+      %mul : f32[8, 16] = aten.mul.Tensor(%relu, %primals_4)
+      return (%mul, %primals_3, %primals_4, %alias)
+      # phase=forward input_kinds=['param', 'param', 'input', 'buffer']
+    graph graph_0_backward(primals_3: f32[8, 16] input, primals_4: f32[16] input, alias: f32[8, 16] input, tangents_1: f32[8, 16] input):
+      %mul_1 : f32[8, 16] = aten.mul.Tensor(%tangents_1, %primals_4)
+      %alias_1 : f32[8, 16] = aten.alias.default(%alias)
+      %le : b8[8, 16] = aten.le.Scalar(%alias_1, 0)
+      %scalar_tensor : f32[] = aten.scalar_tensor.default(0, dtype=torch.float32, layout=torch.strided, device=device(type='cpu'))
+      %where : f32[8, 16] = aten.where.self(%le, %scalar_tensor, %mul_1)
+      %permute_1 : f32[16, 8] = aten.permute.default(%where, [1, 0])
+      %mm : f32[16, 16] = aten.mm.default(%permute_1, %primals_3)
+      %permute_2 : f32[16, 16] = aten.permute.default(%mm, [1, 0])
+      %sum_1 : f32[1, 16] = aten.sum.dim_IntList(%where, [0], True)
+      %view : f32[16] = aten.view.default(%sum_1, [16])
+      %permute_3 : f32[16, 16] = aten.permute.default(%permute_2, [1, 0])
+      return (%permute_3, %view, None, None)
+      # phase=backward input_kinds=['input', 'input', 'input', 'input']
+
+Example region (a backend claiming only ``addmm``, ``permute`` and ``relu``, on ``sort(relu(lin(x)) *
+scale).values + 1`` under ``torch.no_grad()``: the region it is handed; ``mul``, ``sort`` and ``add``
+run eagerly)::
+
+    graph graph_0_frozen.irdoc_region0(arg2_1: f32[8, 16] input):
+      %_frozen_0 : f32[16, 16] = get_attr _frozen_0
+      %_frozen_1 : f32[16] = get_attr _frozen_1
+      %permute : f32[16, 16] = aten.permute.default(%_frozen_0, [1, 0])
+      %addmm : f32[8, 16] = aten.addmm.default(%_frozen_1, %arg2_1, %permute)
       %relu : f32[8, 16] = aten.relu.default(%addmm)
       return (%relu)
+      # phase=inference input_kinds=['input']
+
+Example unfrozen (``torch.no_grad()``, ``options={"freeze": False}``)::
+
+    graph graph_0(arg0_1: f32[16, 16] param, arg1_1: f32[16] param, arg2_1: f32[8, 16] input, arg3_1: f32[16] buffer):
+      %permute : f32[16, 16] = aten.permute.default(%arg0_1, [1, 0])
+      %addmm : f32[8, 16] = aten.addmm.default(%arg1_1, %arg2_1, %permute)
+      %relu : f32[8, 16] = aten.relu.default(%addmm)
+      %mul : f32[8, 16] = aten.mul.Tensor(%relu, %arg3_1)
+      return (%mul)
+      # phase=inference input_kinds=['param', 'param', 'input', 'buffer']
+
+Example constant (``x * torch.tensor([1.0, 2.0, 3.0, 4.0])``, ``x: f32[2, 4]``)::
+
+    graph graph_0(arg0_1: f32[2, 4] input):
+      %_tensor_constant0 : f32[4] = get_attr _tensor_constant0
+      %lift_fresh_copy : f32[4] = aten.lift_fresh_copy.default(%_tensor_constant0)
+      %mul : f32[2, 4] = aten.mul.Tensor(%arg0_1, %lift_fresh_copy)
+      return (%mul)
+      # phase=inference input_kinds=['input']
+
+Example dynamic (``dynamic=True``, called at batch 8 then 5: one graph for both; a backend with
+``dynamic_shapes=True`` gets it, weights lifted; see "Symbolic dimensions")::
+
+    graph graph_0(arg0_1: f32[16, 16] param, arg1_1: f32[16] param, arg2_1: SymInt(s77) input, arg3_1: f32[s77, 16] input, arg4_1: f32[16] buffer):
+      %permute : f32[16, 16] = aten.permute.default(%arg0_1, [1, 0])
+      %addmm : f32[s77, 16] = aten.addmm.default(%arg1_1, %arg3_1, %permute)
+      %relu : f32[s77, 16] = aten.relu.default(%addmm)
+      %mul_4 : f32[s77, 16] = aten.mul.Tensor(%relu, %arg4_1)
+      return (%mul_4)
+      # phase=inference input_kinds=['param', 'param', 'input', 'input', 'buffer']
 
 **Fingerprint.** :meth:`GraphIR.fingerprint` is a SHA-256 over that structure with value names
 replaced by their position: every node's opcode, target, arguments (references as positions, constants
 by ``repr``) and result spec (shape, dtype, device, strides), plus each input's kind and the
 fingerprints of control-flow branches. It does not see
 weight values, node names or the Python process, so it is stable across processes and keys every
-on-disk cache. Small constant tensors embedded as ``get_attr`` (not weights) are hashed by value.
+on-disk cache. A ``get_attr`` tensor of 64 elements or fewer (a program constant) is hashed by value;
+a frozen graph's fingerprint also covers its weights' bytes (autotune/freeze.py), so an artifact keyed
+by it never serves other weights.
 
 **Symbolic dimensions.** A graph captured with dynamic shapes (``dynamic=True``, or ``dynamic=None``
 after a dimension changed, or ``torch._dynamo.mark_dynamic``) has sizes that are SymInts. A
@@ -256,6 +362,20 @@ class GraphIR:
     @property
     def op_nodes(self) -> list[fx.Node]:
         return [n for n in self.graph.nodes if n.op == "call_function"]
+
+    @property
+    def constants(self) -> dict[str, torch.Tensor]:
+        """The tensors the graph holds as ``get_attr`` (frozen weights ``_frozen_<k>``, program constants
+        ``_tensor_constant<N>``), by target name: read them, never write them."""
+        out: dict[str, torch.Tensor] = {}
+        for node in self.graph.nodes:
+            if node.op == "get_attr":
+                value: Any = self.gm
+                for part in str(node.target).split("."):
+                    value = getattr(value, part)
+                if isinstance(value, torch.Tensor):
+                    out[str(node.target)] = value
+        return out
 
     @property
     def input_specs(self) -> list[TensorSpec | None]:

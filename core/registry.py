@@ -64,10 +64,11 @@ class Registry:
         self.problems: list[PluginProblem] = []
         self._entries: dict[str, _Entry] = {}
         self._plugin_package: dict[str, str] = {}
+        self.skipped: list[str] = []  # third-party entry points not loaded (TORCHMUX_DISABLE_PLUGIN_AUTOLOAD)
         if autoload:
             self._load_entry_points()
             for mod in settings.PLUGINS.get():
-                self._register_module(mod, name=mod, package="TORCHMUX_PLUGINS")
+                self._register_module(mod, name=mod, package=_distribution_of(mod))
         self._collect()
 
     # ------------------------------------------------------------------ loading
@@ -76,6 +77,7 @@ class Registry:
         for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
             package = ep.dist.name if ep.dist is not None else "?"
             if package != SELF_DIST and not third_party:
+                self.skipped.append(f"{ep.name} ({package})")
                 continue
             if self.pm.has_plugin(ep.name):
                 continue
@@ -162,7 +164,12 @@ class Registry:
 
     def get(self, name: str) -> Backend:
         if name not in self._entries:
-            raise UnknownBackendError(name, self.names, [(p.plugin, p.package, p.error) for p in self.problems])
+            raise UnknownBackendError(
+                name,
+                self.names,
+                [(p.plugin, p.package, p.error) for p in self.problems],
+                skipped=self.skipped if settings.DISABLE_PLUGIN_AUTOLOAD.get() else None,
+            )
         return self._entries[name].backend
 
     def availability(self, name: str) -> Availability:
@@ -233,6 +240,12 @@ class Registry:
                     f"{type(e).__name__}: {e}; the other plugins' hooks still ran",
                     stacklevel=2,
                 )
+
+
+def _distribution_of(module: str) -> str:
+    """The installed distribution that provides ``module`` (a TORCHMUX_PLUGINS entry); "TORCHMUX_PLUGINS" if none does."""
+    dists = importlib.metadata.packages_distributions().get(module.split(".")[0], [])
+    return dists[0] if dists else "TORCHMUX_PLUGINS"
 
 
 def _is_backend(obj: Any) -> bool:
