@@ -2,6 +2,7 @@
 
     python -m torchmux.bench.scripts.dispatch_overhead [--layers 10] [--calls 2000] [--rounds 7] [--parts]
     python -m torchmux.bench.scripts.dispatch_overhead --model resnet [--batch-size 8]
+    python -m torchmux.bench.scripts.dispatch_overhead --model resnet --export [--batch-size 8]
 
 Ten 4x4 Linear layers on a 2x4 input, one thread, under ``torch.no_grad()``:
 
@@ -24,6 +25,12 @@ floor of any Dynamo-based system, torch.compile included), the same with Dynamo'
 the model's guards (one per parameter, module attribute, config value) and, after a run that walked
 megabytes of weights, with the CPU cache misses its guard tree and frames then take: ~20 us between
 back-to-back calls, ~100 us (ResNet) to ~200 us (T5) after a real model's run.
+
+``--model NAME --export`` times a package (``torchmux.export`` saved and loaded with ``torchmux.load``)
+against the library used directly: ONNX Runtime direct against ``torchmux-export:onnxruntime``, and
+AOTInductor's loaded package called as its docs show (``loaded(*args)``) and through its loader's
+``boxed_run`` (the floor: no pytree work) against ``torchmux-export:inductor``. What the package adds
+is its input check and the output's structure.
 
 The systems run in interleaved rounds of ``--calls`` calls (machine noise hits them alike); each
 figure is the best round, in microseconds per call of the calling thread's CPU time: everything runs
@@ -157,6 +164,44 @@ def zoo_floor(name: str, batch: int, calls: int, rounds: int) -> dict[str, float
         )
 
 
+def export_overhead(name: str, batch: int, calls: int, rounds: int) -> dict[str, float]:
+    """``--model --export``: each library used directly against torchmux's package of it (us/call)."""
+    import os
+    import tempfile
+
+    from torch._inductor import aoti_compile_and_package, aoti_load_package
+
+    from torchmux.bench.run import ONNX_EXPORT, make_compiled
+    from torchmux.bench.zoo import build
+
+    model, args = build(name, batch)
+    folder = tempfile.mkdtemp(prefix="torchmux-export-overhead-")
+    direct = make_compiled(ONNX_EXPORT, model, threads=1)
+    options = {"onnxruntime.intra_op_num_threads": 1}
+    ort_pkg = torchmux.load(
+        torchmux.export(model, args, backend="onnxruntime", options=options).save(os.path.join(folder, "o.tmux"))
+    )
+    with torch.no_grad():
+        path = aoti_compile_and_package(torch.export.export(model, args), package_path=os.path.join(folder, "m.pt2"))
+    aoti = aoti_load_package(path)
+    boxed = aoti.loader.boxed_run
+    aoti_pkg = torchmux.load(torchmux.export(model, args, backend="inductor").save(os.path.join(folder, "i.tmux")))
+    with torch.no_grad():
+        for fn in (direct, ort_pkg, aoti, aoti_pkg):
+            fn(*args)
+        return interleaved(
+            {
+                "onnxruntime direct": lambda: direct(*args),
+                "torchmux-export:onnxruntime": lambda: ort_pkg(*args),
+                "aoti (loaded(*args))": lambda: aoti(*args),
+                "aoti loader.boxed_run": lambda: boxed(list(args)),
+                "torchmux-export:inductor": lambda: aoti_pkg(*args),
+            },
+            calls,
+            rounds,
+        )
+
+
 def _no_guards(entries: Sequence[Any]) -> list[bool]:
     return [False] * len(entries)  # unsafe: for measuring what Dynamo's guards cost, nothing else
 
@@ -214,9 +259,17 @@ def main() -> None:
     ap.add_argument("--parts", action="store_true", help="also time the layers of one torchmux call")
     ap.add_argument("--model", help="a bench zoo model: where torchmux onnxruntime's time goes on it (see above)")
     ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--export", action="store_true", help="with --model: packages against the libraries used directly")
     a = ap.parse_args()
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
+    if a.model and a.export:
+        figures = export_overhead(a.model, a.batch_size, max(1, a.calls // 20), a.rounds)
+        print(f"{a.model}, batch {a.batch_size}, 1 thread: {'system':28s} {'us/call':>9s} {'vs direct':>10s}")
+        for name, us in figures.items():
+            base = figures["onnxruntime direct" if "onnxruntime" in name else "aoti (loaded(*args))"]
+            print(f"{'':28s}{name:28s} {us:9.1f} {us - base:+9.1f}")
+        return
     if a.model:
         floor = zoo_floor(a.model, a.batch_size, max(1, a.calls // 20), a.rounds)
         direct = floor["onnxruntime direct"]
