@@ -9,6 +9,11 @@
   each file's SHA-256. Import checks every member before writing anything: a plain file, a name that
   matches :data:`BUNDLED` (no absolute path, no ``..``, no shared library), the SHA-256 the manifest
   gives, and a JSON file's schema; one bad member refuses the whole bundle.
+- ``demotions [--clear] [--backend NAME]``: the backends demoted after a later check failed (a wrong
+  answer or an exception after their trial, autotune/verify.py): backend, its version, graph, reason,
+  age. A demotion is keyed on the graph, the input signature, the backend's name and version, torch's
+  and torchmux's versions, and holds across processes until then; ``--clear`` deletes the records
+  (of one backend with ``--backend``), so the next process tries that backend again.
 - ``stats``: hits, misses and bytes of the local and the remote level (core/remote_cache.py counts them
   and adds them to ``stats.json`` when a process exits), and the cache's size on disk.
 """
@@ -58,6 +63,9 @@ def main(argv: list[str]) -> int:
     exp.add_argument("file", type=Path)
     imp = sub.add_parser("import", help="check a bundle and add what it holds to the cache")
     imp.add_argument("file", type=Path)
+    dem = sub.add_parser("demotions", help="backends demoted after a later check failed; --clear forgets them")
+    dem.add_argument("--clear", action="store_true", help="delete the demotion records")
+    dem.add_argument("--backend", default=None, metavar="NAME", help="only this backend's records")
     sub.add_parser("stats", help="hits, misses and bytes, local and remote")
     args = parser.parse_args(argv)
     root = Path(settings.CACHE_DIR.get())
@@ -73,6 +81,8 @@ def main(argv: list[str]) -> int:
         elif args.action == "import":
             members = import_bundle(root, args.file)
             print(f"imported {len(members)} files into {root} ({', '.join(_kinds(members))})")
+        elif args.action == "demotions":
+            print(demotions(root, args.backend, clear=args.clear))
         elif args.action == "stats":
             print(format_stats(root))
     except BundleError as e:
@@ -113,6 +123,33 @@ def listing(root: Path) -> str:
                     f"  {_age(now - newest)}"
                 )
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------- demotions
+def demotions(root: Path, backend: str | None = None, *, clear: bool = False) -> str:
+    """The demotion records under ``root/demoted`` (of ``backend`` only, if given), one line each; with
+    ``clear``, deleted, and the last line says how many."""
+    now, lines, removed = time.time(), [], 0
+    for path in sorted((root / "demoted").glob("*.json"), key=lambda p: p.stat().st_mtime):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            record = {}
+        name = str(record.get("backend", "?"))
+        if backend is not None and name != backend:
+            continue
+        version = f" {record['version']}" if record.get("version") else ""
+        graph = f" on {record['graph']}" if record.get("graph") else ""
+        lines.append(
+            f"  {name}{version}{graph}: {record.get('reason', '(unreadable)')}  {_age(now - path.stat().st_mtime)}"
+        )
+        if clear:
+            path.unlink()
+            removed += 1
+    who = f" of {backend}" if backend else ""
+    if clear:
+        return "\n".join([*lines, f"removed {removed} demotion records{who} from {root / 'demoted'}"])
+    return "\n".join([f"{len(lines)} demotion records{who} in {root / 'demoted'}", *lines])
 
 
 # --------------------------------------------------------------------------------------------- clear

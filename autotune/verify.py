@@ -268,9 +268,12 @@ def _version(backend: Any) -> str:
 
 
 def remember_demotion(ir: GraphIR, signature: tuple, backend: Any, reason: str) -> None:
-    """Record on disk that ``backend`` failed a later check on this graph: no process chooses it again."""
+    """Record on disk that ``backend`` failed a later check on this graph: no process chooses it again
+    for this graph and signature until its version (or torch's, or torchmux's) changes, or the record
+    is deleted (``torchmux cache demotions --clear [--backend NAME]``, or ``torchmux cache clear``)."""
     try:
-        atomic_write(_demotion_path(ir, signature, backend), json.dumps({"backend": backend.name, "reason": reason}))
+        record = {"backend": backend.name, "version": _version(backend), "graph": ir.name, "reason": reason}
+        atomic_write(_demotion_path(ir, signature, backend), json.dumps(record))
     except OSError:
         pass  # a read-only cache never stops a call
 
