@@ -96,6 +96,16 @@ class TvmBackend(extend.Backend):
 
         return build.compile_graph(request)
 
+    def save(self, compiled: extend.CompiledGraph, request: extend.CompileRequest) -> extend.SavedGraph | None:
+        from . import build
+
+        return build.save_graph(compiled)
+
+    def load(self, request: extend.LoadRequest) -> extend.CompiledGraph:
+        from . import build
+
+        return build.load_graph(request)
+
 
 @extend.hookimpl
 def torchmux_add_backends() -> list[extend.Backend]:

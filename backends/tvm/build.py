@@ -347,6 +347,36 @@ def _store(lib_dir: Path, key: str, executable: Any, ir: extend.GraphIR, info: B
 
 
 # ------------------------------------------------------------------------------------------------
+# packages (torchmux.export): the exported library, and a runner made from it
+# ------------------------------------------------------------------------------------------------
+
+
+def save_graph(run: Any) -> extend.SavedGraph | None:
+    """The library ``export_library`` wrote (native: signed in the package), and how to call it."""
+    info = getattr(run, "tvm_info", None)
+    if info is None or not info.library or getattr(run, "tvm_tensors", None) is not None:
+        return None  # built in memory only (no cache), or a symbolic graph's integer inputs: rebuilt at load
+    meta = {"tvm": tvm.__version__, "target": info.target, "outputs": run.tvm_outputs, "key": info.key}
+    return extend.SavedGraph({"model.so": Path(info.library).read_bytes()}, meta, native=True)
+
+
+def load_graph(request: extend.LoadRequest) -> extend.CompiledGraph:
+    """A package's library, written once to the cache under its digest and signed there (TVM loads from
+    a path), then run as a compiled graph is."""
+    data = request.saved.files["model.so"]
+    digest = hashlib.sha256(data).hexdigest()[:32]
+    so = cache_root() / "packaged" / f"{digest}.so"
+    if not (so.exists() and extend.authentic(so)):
+        atomic_write(so, data)
+        extend.sign(so)
+    meta = request.saved.meta
+    device = torch.device(request.device)
+    info = BuildInfo(key=str(meta.get("key", digest)), target=str(meta.get("target", "")), cache="package")
+    info.library = str(so)
+    return _runner(tvm.runtime.load_module(str(so)), device, info, int(meta["outputs"]))
+
+
+# ------------------------------------------------------------------------------------------------
 # the hot path: Relax VM, tensors through DLPack
 # ------------------------------------------------------------------------------------------------
 
@@ -371,4 +401,6 @@ def _runner(
         return [to_torch(o) for o in outs]
 
     run.tvm_info = info  # type: ignore[attr-defined]
+    run.tvm_outputs = n_outputs  # type: ignore[attr-defined]
+    run.tvm_tensors = tensors  # type: ignore[attr-defined]
     return run

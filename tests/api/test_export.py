@@ -265,3 +265,17 @@ def test_aoti_package_signed_and_a_planted_library_is_not_loaded(mlp, tmp_path) 
     assert "not signed" in text or "does not trust" in text, text
     with torch.no_grad():
         torch.testing.assert_close(m(*args), model(*args), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_tvm_package_holds_its_exported_library(tmp_path) -> None:
+    pytest.importorskip("tvm")
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8)).eval()
+    x = torch.randn(4, 16)
+    exported = torchmux.export(model, (x,), backend="tvm")
+    assert exported.backend == "tvm"
+    path = exported.save(tmp_path / "tvm.tmux")
+    assert PackageReader(path).trusted("artifacts/tvm/model.so") == (True, "")
+    result = _load_in_child(path, (x,), _eager(model, x))
+    assert result["backend"] == "tvm" and result["warnings"] == [] and result["err"] < 1e-4
