@@ -19,7 +19,10 @@ behind both are one:
 2. **Normalize.** ``ExportedProgram.run_decompositions()`` gives functional Core ATen with parameters,
    buffers and constant tensors lifted to placeholders (the graph signature says which is which), the
    user's inputs after them: exactly a :class:`GraphIR` with ``input_kinds``. Only inference programs
-   are taken (no buffer mutation, no gradient): training goes through ``torchmux.compile``.
+   are taken (no buffer mutation, no gradient): training goes through ``torchmux.compile``. A program
+   that writes one of its inputs in place (``nn.ReLU(inplace=True)`` first in a residual block, common
+   in research code) is taken with a warning: the IR returns the user's outputs, and the compiled
+   graphs do not write the caller's tensors.
 3. The placement layer then freezes it (``autotune/freeze.py``): the weights become ``get_attr``
    constants, as for an inference graph under ``compile()``, and the frozen graph's placeholders are the
    user's flattened inputs in ``ExportedProgram``'s order, its outputs the program's flattened outputs.
@@ -31,6 +34,7 @@ torch-level exporter of their own build their native artifact from (``CompileReq
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -104,7 +108,14 @@ def capture(
 
 
 def _captured(program: torch.export.ExportedProgram, strict: bool, mended: bool) -> Captured:
-    ir, weights = normalize(program)
+    ir, weights, written = _normalize(program)
+    if written:
+        warnings.warn(
+            f"torchmux.export: the model writes its input(s) {', '.join(written)} in place (an in-place op on an "
+            "argument, such as nn.ReLU(inplace=True) first in a block); the package's compiled graphs return the "
+            "same outputs and do not write the caller's tensors",
+            stacklevel=3,
+        )
     return Captured(program, ir, weights, strict, mended)
 
 
@@ -203,13 +214,23 @@ def _breaks(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any
 def normalize(program: torch.export.ExportedProgram) -> tuple[GraphIR, list[torch.Tensor]]:
     """The program's IR (Core ATen, weights lifted, linted) and its weights in placeholder order.
 
-    Raises :class:`BadArgumentError` for a program that is not inference: one that mutates a buffer or
-    an input (batch norm in training, an in-place update of an argument)."""
+    Raises :class:`BadArgumentError` for a program that is not inference: one that mutates a buffer
+    (batch norm in training). The new values of inputs the program writes in place (an in-place op on
+    an argument) are left out of the IR's outputs: a backend's graph returns values and leaves the
+    caller's tensors as they were."""
+    ir, weights, _ = _normalize(program)
+    return ir, weights
+
+
+def _normalize(program: torch.export.ExportedProgram) -> tuple[GraphIR, list[torch.Tensor], list[str]]:
+    """:func:`normalize`, and the names of the user inputs the program writes in place."""
     from torch.export.graph_signature import OutputKind
 
     decomposed = program.run_decompositions()
     signature = decomposed.graph_signature
-    mutating = [o for o in signature.output_specs if o.kind != OutputKind.USER_OUTPUT]
+    mutating = [
+        o for o in signature.output_specs if o.kind not in (OutputKind.USER_OUTPUT, OutputKind.USER_INPUT_MUTATION)
+    ]
     if mutating:
         what = ", ".join(f"{o.kind.name.lower()} {o.target or o.arg.name}" for o in mutating[:4])
         raise BadArgumentError(
@@ -229,18 +250,23 @@ def normalize(program: torch.export.ExportedProgram) -> tuple[GraphIR, list[torc
             value = decomposed.constants[spec.target]
         weights.append(value.detach())
     gm = decomposed.graph_module
-    _flatten_output(gm)
+    _flatten_output(gm, [o.kind == OutputKind.USER_OUTPUT for o in signature.output_specs])
     ir = GraphIR(gm, [k for k in kinds if k is not None], name="program", phase="inference").lint()
-    return ir, weights
+    written = [str(o.target) for o in signature.output_specs if o.kind == OutputKind.USER_INPUT_MUTATION]
+    return ir, weights, written
 
 
-def _flatten_output(gm: torch.fx.GraphModule) -> None:
-    """The IR's output node returns a flat tuple: an exported graph's is one already (a list in some
-    versions): make it a tuple."""
+def _flatten_output(gm: torch.fx.GraphModule, kept: list[bool]) -> None:
+    """The IR's output node returns a flat tuple of the user's outputs: an exported graph's is flat
+    already (a list in some versions), and returns the new value of each input the program writes in
+    place before them (``nn.ReLU(inplace=True)`` on an argument): the IR leaves those out, as
+    ``ExportedProgram.module()`` returns only the user's outputs."""
     out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-    value = out.args[0]
-    if isinstance(value, list):
-        out.args = (tuple(value),)
+    value = tuple(out.args[0])
+    user = tuple(v for v, keep in zip(value, kept) if keep)
+    if user != out.args[0]:
+        out.args = (user,)
+        gm.graph.eliminate_dead_code()
         gm.recompile()
 
 

@@ -119,8 +119,9 @@ def _ops_dispatched(model: Any, args: tuple[Any, ...]) -> int:
             Count.n += 1
             return func(*args, **(kwargs or {}))
 
+    args = copy.deepcopy(args)  # outside the mode: copying the inputs dispatches operators too
     with torch.no_grad(), Count():
-        model(*copy.deepcopy(args))
+        model(*args)
     return Count.n
 
 

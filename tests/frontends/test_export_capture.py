@@ -91,6 +91,9 @@ def test_a_program_only_strict_export_takes_is_taken_strict() -> None:
 
 def test_a_data_dependent_if_is_taken_after_the_mend_pass_and_answers_both_ways() -> None:
     model = Branch().eval()
+    with torch.no_grad():  # y = x: the test's side is the sign of the input's sum
+        model.fc.weight.copy_(torch.eye(4))
+        model.fc.bias.zero_()
     x = torch.randn(3, 4)
     for strict in (False, True):
         with pytest.raises(Exception, match="[Dd]ata-dependent"):
@@ -134,7 +137,25 @@ def test_a_program_nothing_takes_is_refused_with_the_users_line() -> None:
     assert "torch.cond" in message  # what to do about it
 
 
-def test_capture_with_the_mend_pass_off_is_refused_at_the_branch() -> None:
-    with pytest.raises(ExportRefused) as refused:
-        capture(Branch().eval(), (torch.randn(3, 4),), mend=False)
-    assert "after the mend pass" not in str(refused.value)
+class WritesItsInput(nn.Module):
+    """``nn.ReLU(inplace=True)`` first in a residual block writes the caller's tensor (pre-activation ResNets)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = nn.Sequential(nn.ReLU(inplace=True), nn.Linear(4, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.block(x)
+
+
+def test_a_program_that_writes_its_input_is_taken_and_the_ir_returns_the_users_outputs() -> None:
+    model, x = WritesItsInput().eval(), torch.randn(3, 4)
+    with pytest.warns(UserWarning, match="writes its input"):
+        captured = capture(model, (x.clone(),))
+    outputs = next(n for n in captured.ir.gm.graph.nodes if n.op == "output").args[0]
+    assert len(outputs) == 1  # the user's output only, not the new value of x
+    kept = x.clone()
+    expected = model(x.clone())
+    got = captured.ir.gm(*[p.detach() for p in captured.weights], kept)
+    torch.testing.assert_close(got[0], expected)
+    torch.testing.assert_close(kept, x)  # the IR's graph leaves the caller's tensor as it was
