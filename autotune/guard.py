@@ -16,7 +16,7 @@ from ..core.errors import TorchmuxFallbackWarning
 from ..core.ir import GraphIR, op_name
 from ..core.registry import get_registry
 from ..core.userframe import warn_at
-from . import verify
+from . import verdicts, verify
 from .tuner import Measurement, short_error
 
 
@@ -30,8 +30,11 @@ class Guard:
         ranked: Sequence[Measurement],
         fallback: Callable[[], Measurement],
         checked_first: bool,
+        structure: str = "",
+        mode: str | None = None,
     ) -> None:
         self.ir, self.signature, self.keyed, self.policy = ir, signature, list(keyed), policy
+        self.structure, self.mode = structure, mode  # a demotion is a verdict on every size (verdicts.py)
         self._ranked = [m for m in ranked if m.ok and m.placement is not None]  # fastest first
         self._fallback = fallback
         self.calls = 0
@@ -113,6 +116,7 @@ class Guard:
         self.demotions.append((bad, reason))
         if bad in get_registry().names:  # a Backend object outside the registry: remembered in this process only
             verify.remember_demotion(self.ir, self.signature, get_registry().get(bad), reason)
+            verdicts.record(self.structure, get_registry().get(bad), self.mode, False, f"demoted: {reason}")
         self._ranked = self._ranked[1:]
         self._select()
         warn_at(

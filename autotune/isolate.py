@@ -19,8 +19,9 @@ and backend on a machine.
 
 **What the child built reaches the parent through the backends' own disk caches**, not a second
 build: the child rebuilds the parent's graph node for node (the pickled code re-read with frozen
-weights kept as ``get_attr``, each value's spec restored by fake propagation; a child graph whose
-structure differs from the parent's is refused) and takes the parent's fingerprint, so ONNX
+weights kept as ``get_attr``, each value's spec restored by fake propagation; where re-reading the code
+folds an op without inputs into a constant, as a backward graph's ``aten.scalar_tensor``, the child's
+graph is the same program under another key: its verdict stands, and the parent builds its own) and takes the parent's fingerprint, so ONNX
 Runtime's models, TVM's libraries and Inductor's FX graph cache entries are found under the same
 keys (frozen Inductor graphs too: their oneDNN-packed weights are keyed by spec and folded again in
 the parent, ``backends/inductor.py``). ``python -m torchmux.bench.scripts.isolation_cold_start`` measures the cost against
@@ -68,6 +69,7 @@ from ..core.errors import TorchmuxFallbackWarning
 from ..core.ir import GraphIR
 from ..core.registry import get_registry
 from ..core.userframe import warn_at
+from . import verdicts
 
 _FORWARDED = ("TORCHMUX_", "TORCHINDUCTOR_", "TRITON_", "TVM_", "ORT_", "OMP_", "CUDA_VISIBLE_DEVICES")
 STARTUP_SECONDS = 180.0  # importing torch and the backend in a cold child on a loaded machine
@@ -415,9 +417,11 @@ def _one(path: str, proto: Any) -> dict[str, Any]:
         os.environ.update(payload["env"])
         args = [a.to(d) if isinstance(a, torch.Tensor) else a for a, d in zip(payload["args"], payload["device"])]
         ir = _rebuilt(payload["gm"], args, payload["kinds"], payload["name"], payload["phase"])
-        if ir.fingerprint() != payload["structure"]:  # not the parent's graph: its artifacts would not be the parent's
-            raise ValueError(f"the graph rebuilt in the child differs from the parent's ({payload['name']})")
-        ir._fingerprint = payload["fingerprint"]  # the parent's key, which may also name its frozen weights
+        if ir.fingerprint() == payload["structure"]:  # the parent's graph node for node: its artifacts are the parent's
+            ir._fingerprint = payload["fingerprint"]  # the parent's key, which may also name its frozen weights
+        # else re-reading the code folded an op without inputs into a constant (a backward graph's
+        # aten.scalar_tensor): the same program under its own key. The trial's verdict holds for the
+        # parent's graph; what it built stays under the child's key, and the parent builds its own
         registry = get_registry()
         if payload["backend"] not in registry.names:
             with contextlib.suppress(Exception):  # not importable: answered "unknown" below
@@ -454,16 +458,22 @@ def screen(
     isolation: str,
     deadline: float,
     where: Any = None,
+    structure: str = "",
 ) -> tuple[list[Any], list[tuple[str, str]]]:
     """Split ``candidates`` into those safe to run in-process and (name, reason) for those that crashed or
-    hung. ``where``: the user's line, for the one warning if no trial child can run here."""
+    hung. ``where``: the user's line, for the one warning if no trial child can run here. ``structure``
+    (verdicts.py): a trial on a graph of the same structure stands for this graph's, and this one's is
+    kept for the next."""
     safe, failed = [], []
     for b in candidates:
-        verdict = (
-            trial(ir, signature, b, args, mode=mode, options=options(b.name), deadline=deadline)
-            if wanted(b, isolation)
-            else None
-        )
+        if not wanted(b, isolation):
+            verdict = None
+        elif (old := verdicts.recall(structure, b, mode)) is not None:
+            verdict = (old.ok, old.reason)  # a failed verdict is the runner's to report (it skips the backend)
+        else:
+            verdict = trial(ir, signature, b, args, mode=mode, options=options(b.name), deadline=deadline)
+            if verdict is not None:
+                verdicts.record(structure, b, mode, verdict[0], "" if verdict[0] else verdict[1])
         if verdict is not None and not verdict[0]:
             failed.append((b.name, verdict[1]))
         elif verdict is None and _SERVER.unavailable and wanted(b, "third-party"):

@@ -25,7 +25,7 @@ from ..core.ir import GraphIR
 from ..core.registry import get_registry
 from ..core.userframe import user_location, warn_at
 from . import decisions as cache
-from . import distributed, isolate, progress, screen, verify
+from . import distributed, isolate, progress, screen, verdicts, verify
 from .freeze import MAX_REFREEZES, FrozenCall, can_freeze, freeze
 from .guard import Guard
 from .placement import build_placement
@@ -60,8 +60,9 @@ class GraphRunner:
         self._one = self._keyed[0] if len(self._keyed) == 1 else None
         self._freezing = bool(config.get("freeze")) and can_freeze(ir)
         # a symbolic graph is decided per size range, each backend compiled once (shapes.py)
-        self.symbolic = None if ir.is_static else SymbolicChooser(ir, config)
+        self._structure: str | None = None
         self._symbolic_eager: Measurement | None = None
+        self.symbolic = None if ir.is_static else SymbolicChooser(ir, config, self._symbolic_fallback, self.structure)
         self._where: Any = None  # the user's line that made the first call: fallback warnings point there
         self._refreezes = 0
         self._rebuild: dict[tuple, str] = {}  # signature -> backend to rebuild after a weight change
@@ -88,6 +89,13 @@ class GraphRunner:
                 return self._decide(sig, args)
 
         return in_own_thread(work, f"torchmux-{self.ir.name}")  # its timing runs back in this thread
+
+    @property
+    def structure(self) -> str:
+        """The graph apart from its sizes (verdicts.py): what its verdicts are carried under."""
+        if self._structure is None:
+            self._structure = verdicts.structure(self.ir)
+        return self._structure
 
     @property
     def _deadline(self) -> float:
@@ -142,6 +150,17 @@ class GraphRunner:
             if (why := verify.demoted(ir, sig, b))
         ]
         candidates = [b for b in candidates if b.name not in {m.backend for m in demotions}]
+        # what a backend did on a graph of this structure (this graph at another size: verdicts.py)
+        shape = self.structure
+        for b in candidates:
+            if (v := verdicts.recall(shape, b, config.mode)) is not None and not v.ok:
+                demotions.append(
+                    Measurement(
+                        b.name, math.inf, False, f"failed on this graph at other sizes: {v.reason}", quiet=v.here
+                    )
+                )
+        candidates = [b for b in candidates if b.name not in {m.backend for m in demotions}]
+        by_name = {b.name: b for b in candidates}
         registry = get_registry()
         tuned = config.auto and len(candidates) > 1
         key = cache.decision_key(self.ir, sig, candidates, config.mode, config.split_segments, frozen) if tuned else ""
@@ -174,6 +193,7 @@ class GraphRunner:
                 isolation=config.isolation,
                 deadline=self._deadline,
                 where=self._where,
+                structure=shape,
             )
             demotions += [Measurement(name, math.inf, False, why) for name, why in unsafe]
             candidates = [b for b in candidates if b.name not in dict(unsafe)]  # nor in a split's pieces
@@ -216,6 +236,9 @@ class GraphRunner:
                 results = list(results) + ([split] if split is not None else [])
             best = choose(results)
             failed = [m for m in results if not m.ok]
+            for m in failed:  # a fault is a verdict on every graph of this structure (verdicts.py)
+                if m.backend in by_name and verdicts.carried(m.reason):
+                    verdicts.record(shape, by_name[m.backend], config.mode, False, m.reason)
             if not candidates and not demotions:
                 why = (
                     f"backend {config.names[0]!r} does not run on {args[0].device.type if args else '?'}"
@@ -235,6 +258,7 @@ class GraphRunner:
                     reason=m.reason,
                     chosen=m is best,
                 )
+            failed = [m for m in failed if not m.quiet]  # warned about on this graph at another size
             if failed and (not config.auto or settings.VERBOSE.get()):
                 warn_at(
                     f"torchmux: on graph {ir.name} ({len(ir.op_nodes)} ops), "
@@ -274,6 +298,8 @@ class GraphRunner:
             ranked,
             lambda: self._eager_fallback(ir, args),
             checked_first=False,
+            structure=shape,
+            mode=config.mode,
         )
 
     def _record(self, decision: Decision) -> dict[str, Any]:
@@ -304,22 +330,30 @@ class GraphRunner:
         best = self._eager_fallback(ir, args)
         return Decision(best, [best])
 
+    def _symbolic_fallback(self, args: Sequence[Any]) -> Measurement:
+        """One eager placement serves every size of a symbolic graph."""
+        if self._symbolic_eager is None:
+            self._symbolic_eager = self._eager_fallback(self.ir, args)
+        return self._symbolic_eager
+
     def _decide_symbolic(self, sig: tuple, args: Sequence[Any]) -> Any:
         assert self.symbolic is not None
         decision, fn = self.symbolic.choose(sig, args, self._candidates(args))
         if decision is None or fn is None:
             failed = decision.measurements if decision is not None else self.symbolic.last_results
-            if self._symbolic_eager is None:  # one eager placement serves every size of the graph
-                self._symbolic_eager = self._eager_fallback(self.ir, args)
-            best = self._symbolic_eager
+            best = self._symbolic_fallback(args)
             decision, fn = Decision(best, list(failed) + [best]), best.placement.fn  # type: ignore[union-attr]
-            warn_at(
-                f"torchmux: graph {self.ir.name} at sizes {symbol_values(self.ir, args)}: no backend of "
-                f"{self.config.names} ran it ({'; '.join(f'{m.backend} {m.reason}' for m in failed if not m.ok) or 'none runs here'}). "
-                "Running it eagerly; a backend with dynamic_shapes (torchmux list) compiles it once for every size.",
-                TorchmuxFallbackWarning,
-                self._where,
-            )
+            loud = [m for m in failed if not m.ok and not m.quiet]  # each failure is warned about once
+            if loud or not failed:
+                warn_at(
+                    f"torchmux: graph {self.ir.name} at sizes {symbol_values(self.ir, args)}: no backend of "
+                    f"{self.config.names} ran it ({'; '.join(f'{m.backend} {m.reason}' for m in loud) or 'none runs here'}). "
+                    "Running it eagerly; a backend with dynamic_shapes (torchmux list) compiles it once for every size.",
+                    TorchmuxFallbackWarning,
+                    self._where,
+                )
+            for m in loud:
+                m.quiet = True
         if settings.VERBOSE.get():
             key = describe_range(size_range(symbol_values(self.ir, args)))
             print(

@@ -31,12 +31,13 @@ ONNX Runtime for large ones, say).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from ..core.ir import GraphIR
+from . import verdicts
 
 #: most concrete signatures a static-only backend is specialized for, per symbolic graph
 SPECIALIZE_LIMIT = 4
@@ -104,33 +105,79 @@ def signature_text(args: Sequence[Any]) -> str:
 
 class SymbolicChooser:
     """The runner's decisions for one symbolic graph: a winner per size range, each symbolic backend
-    compiled once, static backends specialized up to :data:`SPECIALIZE_LIMIT` signatures."""
+    compiled once, static backends specialized up to :data:`SPECIALIZE_LIMIT` signatures.
 
-    def __init__(self, ir: GraphIR, config: Any) -> None:
+    Every backend gets what the runner gives a static graph (runner.py): an isolated trial in a child
+    (on the graph at this call's sizes, a static graph of the same structure: a symbolic graph does not
+    pickle into a child), unless a trial on a graph of the same structure gave a verdict already
+    (verdicts.py: a backend that crashed, hung, answered wrong or wrote into its inputs on the first
+    shape is not tried again); its compile and first two calls under one trial deadline, checked on
+    copies of the inputs (answer, inputs untouched, no input's memory returned, no output buffer
+    reused); and then a :class:`~torchmux.autotune.guard.Guard` that checks the user's calls on the
+    verify policy's schedule and demotes it to eager (``fallback``) on the first wrong answer.
+    """
+
+    def __init__(
+        self,
+        ir: GraphIR,
+        config: Any,
+        fallback: Callable[[Sequence[Any]], Any] | None = None,
+        structure: str = "",
+    ) -> None:
         self.ir = ir
         self.config = config
+        self.fallback = fallback  # args -> the eager Measurement of this graph (the runner's)
+        self.structure = structure  # verdicts.py: what the verdicts on this graph are carried under
         self.compiled: dict[str, Any] = {}  # backend name -> Placement of the symbolic graph
         self.failed: dict[str, str] = {}  # backend name -> why it cannot run this graph
-        self.hung: dict[str, str] = {}  # backend name -> its trial ran past the deadline: never tried again
+        self.hung: dict[str, str] = {}  # backend name -> crashed or hung in its trial: never tried again
         self.specialized: dict[str, int] = {}  # backend name -> how many signatures it was specialized for
-        self.ranges: dict[tuple, Any] = {}  # size range -> (Decision, fallback fn for other sizes of the range)
+        self.ranges: dict[tuple, Any] = {}  # size range (and signature) -> (Decision, own, own_sig)
+        self.guards: dict[tuple, Any] = {}  # (size range, signature or None) -> the Guard serving it
         self.compiles: dict[str, int] = {}  # backend name -> compiles made for this graph (for reports and tests)
         self.last_results: list[Any] = []  # the last tuning's measurements (failures name their reason)
 
     # ------------------------------------------------------------------------------------------
     def choose(self, sig: tuple, args: Sequence[Any], candidates: Sequence[Any]) -> tuple[Any, Any]:
-        """(Decision, fn) for this call: the range's winner, tuned now if the range is new."""
+        """(Decision, fn) for this call: the range's winner, tuned now if the range is new, in its Guard."""
         key = size_range(symbol_values(self.ir, args))
         if key not in self.ranges:
             self.ranges[key] = self._tune(key, args, candidates)
-        decision, for_range, own_sig = self.ranges[key]
+        decision, own, own_sig = self.ranges[key]
+        if decision is None:
+            return None, None
+        where: tuple = (key, own_sig)
+        ranked = _ranked(decision, lambda m: True)
         if own_sig is not None and own_sig != sig:  # a specialization serves only its own sizes
-            if for_range is not None:
-                return decision, for_range
-            if (key, sig) not in self.ranges:  # no symbolic backend ran it: specialize again (bounded)
-                self.ranges[(key, sig)] = self._tune(key, args, candidates)
-            decision, _, _ = self.ranges[(key, sig)]
-        return decision, decision.chosen.placement.fn if decision is not None else None
+            ranked = _ranked(decision, lambda m: not own.get(m.backend))
+            where = (key, None)
+            if not ranked:  # no symbolic backend ran it: specialize again (bounded)
+                if (key, sig) not in self.ranges:
+                    self.ranges[(key, sig)] = self._tune(key, args, candidates)
+                decision, _, _ = self.ranges[(key, sig)]
+                if decision is None:
+                    return None, None
+                where, ranked = (key, sig), _ranked(decision, lambda m: True)
+        if where not in self.guards:
+            self.guards[where] = self._guard(where, ranked, args)
+        return decision, self.guards[where]
+
+    def _guard(self, where: tuple, ranked: list[Any], args: Sequence[Any]) -> Any:
+        from . import verify
+        from .guard import Guard
+
+        fallback = self.fallback
+        return Guard(
+            self.ir,
+            ("range", *where),
+            [i for i, kind in enumerate(self.ir.input_kinds) if kind == "input"],
+            verify.policy_of(self.config.get("verify")),
+            ranked,
+            (lambda: fallback(args)) if fallback is not None else _no_fallback,
+            checked_first=False,
+            structure=self.structure,
+            mode=self.config.mode,
+        )
 
     # ------------------------------------------------------------------------------------------
     def _symbolic_placement(self, backend: Any, args: Sequence[Any]) -> Any:
@@ -151,7 +198,8 @@ class SymbolicChooser:
                 raise
         return self.compiled[backend.name]
 
-    def _static_placement(self, backend: Any, args: Sequence[Any]) -> Any:
+    def _static_placement(self, backend: Any, args: Sequence[Any], at: tuple[GraphIR, list[int]] | None = None) -> Any:
+        """``backend`` compiled on the graph specialized to the sizes of ``args`` (``at``, if made already)."""
         from .placement import build_placement
 
         if self.specialized.get(backend.name, 0) >= SPECIALIZE_LIMIT:
@@ -159,7 +207,7 @@ class SymbolicChooser:
                 f"already specialized for {SPECIALIZE_LIMIT} signatures (its limit; it needs static shapes)"
             )
         self.specialized[backend.name] = self.specialized.get(backend.name, 0) + 1
-        static, keep = specialize(self.ir, args)
+        static, keep = at or specialize(self.ir, args)
         self.compiles[backend.name] = self.compiles.get(backend.name, 0) + 1
         placement = build_placement(
             static,
@@ -172,15 +220,45 @@ class SymbolicChooser:
         placement.fn = lambda *a: inner(*[a[i] for i in keep])  # the integer inputs are constants of it
         return placement
 
+    def _isolated(self, backend: Any, args: Sequence[Any], at: Callable[[], tuple[GraphIR, list[int]] | None]) -> str:
+        """Why ``backend`` must not run in this process ("" if it may): its isolated trial on the graph at
+        this call's sizes (``at()``), or the verdict of a trial on a graph of the same structure."""
+        from . import isolate
+        from .runner import _signature
+
+        config = self.config
+        if not isolate.wanted(backend, config.isolation):
+            return ""
+        old = verdicts.recall(self.structure, backend, config.mode)
+        if old is not None:
+            return "" if old.ok else old.reason
+        specialized = at()
+        if specialized is None:  # the graph cannot be made static at these sizes: run as an unpicklable graph
+            return ""
+        static, keep = specialized
+        static_args = [args[i] for i in keep]
+        _, failed = isolate.screen(
+            static,
+            _signature(static_args, [i for i, kind in enumerate(static.input_kinds) if kind == "input"]),
+            [backend],
+            static_args,
+            mode=config.mode,
+            options=config.options_for,
+            isolation=config.isolation,
+            deadline=config.trial_deadline,
+            structure=self.structure,
+        )
+        return failed[0][1] if failed else ""
+
     def _tune(self, key: tuple, args: Sequence[Any], candidates: Sequence[Any]) -> tuple[Any, Any, Any]:
+        """(Decision or None, backend name -> specialized?, the signature a specialized winner serves or None)."""
         import math
         import time
         from functools import partial
 
-        from ..core.compare import mismatch
         from . import decisions as cache
         from .tuner import Decision, Measurement, TrialTimeout, choose, short_error, time_rounds, within_deadline
-        from .verify import clone_inputs
+        from .verify import check_call, clone_inputs
 
         config = self.config
         user_args, args = args, clone_inputs(args, self.ir.input_kinds)  # trials never touch the user's tensors
@@ -194,27 +272,49 @@ class SymbolicChooser:
         )
         if remembered and any(b.name == remembered.get("backend") and takes_symbolic(b) for b in candidates):
             candidates = [b for b in candidates if b.name == remembered["backend"]]  # compile only the winner
-        reference = self.ir.run_reference(*args)
+        reference = self.ir.run_reference(*clone_inputs(args, self.ir.input_kinds))
         results: list[Measurement] = []
         live = []
         own: dict[str, bool] = {}
+        made: list[Any] = []  # the graph specialized to these sizes, once made (trials and static backends share it)
+
+        def at() -> tuple[GraphIR, list[int]] | None:
+            if not made:
+                try:
+                    made.append(specialize(self.ir, args))
+                except Exception:  # noqa: BLE001 -- a graph make_fx cannot specialize: no trial, no static backend
+                    made.append(None)
+            return made[0]
+
         for b in candidates:
             if b.name in self.hung:
-                results.append(Measurement(b.name, math.inf, False, self.hung[b.name]))
+                results.append(Measurement(b.name, math.inf, False, self.hung[b.name], quiet=True))
+                continue
+            old = verdicts.recall(self.structure, b, config.mode)
+            if old is not None and not old.ok:  # it failed on this graph at another size
+                reason = f"failed on this graph at other sizes: {old.reason}"
+                results.append(Measurement(b.name, math.inf, False, reason, quiet=old.here))
+                continue
+            unsafe = self._isolated(b, args, at)
+            if unsafe:  # crashed or hung in its trial: never run in this process
+                self.hung[b.name] = unsafe
+                results.append(Measurement(b.name, math.inf, False, unsafe))
                 continue
             symbolic = takes_symbolic(b) and b.name not in self.failed
-            try:  # compile and first call under the trial deadline, as in tuner.measure
-                build = self._symbolic_placement if symbolic else self._static_placement
+            start = time.monotonic()
+            try:  # compile and first checked calls under one trial deadline, as in tuner.measure
+                build = self._symbolic_placement if symbolic else partial(self._static_placement, at=at())
                 placement = within_deadline(partial(build, b, args), deadline)
             except TrialTimeout:
                 self.hung[b.name] = f"timed out after {deadline:g} s (compile)"
+                verdicts.record(self.structure, b, config.mode, False, self.hung[b.name])
                 results.append(Measurement(b.name, math.inf, False, self.hung[b.name]))
                 continue
             except Exception as e:
                 reason = (self.failed.get(b.name) if symbolic else None) or short_error(e)
                 if symbolic and not config.auto:  # it cannot take this symbolic graph: specialize it instead
                     try:
-                        placement = self._static_placement(b, args)
+                        placement = self._static_placement(b, args, at())
                         symbolic = False
                     except Exception as e2:
                         results.append(
@@ -226,19 +326,22 @@ class SymbolicChooser:
                     continue
             m = Measurement(b.name, math.inf, False, "", placement.compile_seconds, placement)
             results.append(m)
-            try:
+            try:  # on copies, twice: answer, inputs untouched, no input's memory returned, no buffer reused
+                left = max(deadline - (time.monotonic() - start), 1e-3)
                 t0 = time.perf_counter()
-                out = within_deadline(partial(placement.fn, *clone_inputs(args, self.ir.input_kinds)), deadline)
+                check = partial(check_call, self.ir, placement.fn, args, twice=True, reference=reference)
+                _, wrong = within_deadline(check, left)
                 first = time.perf_counter() - t0
             except TrialTimeout:
-                self.hung[b.name] = m.reason = f"timed out after {deadline:g} s (first call)"
+                self.hung[b.name] = m.reason = f"timed out after {deadline:g} s (compile and first checked calls)"
+                verdicts.record(self.structure, b, config.mode, False, m.reason)
                 continue
             except Exception as e:
                 m.reason = f"crashed: {short_error(e)}"
                 continue
-            wrong = mismatch(out, reference)
             if wrong:
-                m.reason = f"wrong answer: {wrong}"
+                m.reason = wrong
+                verdicts.record(self.structure, b, config.mode, False, wrong)
                 continue
             m.ok, m.seconds, own[b.name] = True, first, not symbolic
             live.append((m, placement.fn))
@@ -259,8 +362,7 @@ class SymbolicChooser:
                 chosen=m is best,
             )
         if best is None:  # nothing ran it right: the graph's own ops, eagerly (the runner warns)
-            return None, None, None
-        best_symbolic = choose([m for m in results if m.ok and not own[m.backend]])
+            return None, own, None
         decision = Decision(best, results)
         if config.auto and len(candidates) > 1:
             cache.store(
@@ -279,4 +381,17 @@ class SymbolicChooser:
             from .runner import _signature
 
             own_sig = _signature(user_args, [i for i, k in enumerate(self.ir.input_kinds) if k == "input"])
-        return decision, best_symbolic and best_symbolic.placement.fn, own_sig  # type: ignore[union-attr]
+        return decision, own, own_sig
+
+
+def _ranked(decision: Any, keep: Callable[[Any], bool]) -> list[Any]:
+    """The decision's correct measurements that ``keep`` admits: the winner first, then the fastest first."""
+    rest = sorted(
+        (m for m in decision.measurements if m.ok and m is not decision.chosen and keep(m)),
+        key=lambda m: m.seconds if m.seconds == m.seconds else float("inf"),
+    )
+    return ([decision.chosen] if keep(decision.chosen) else []) + rest
+
+
+def _no_fallback() -> Any:
+    raise RuntimeError("no eager fallback was given to this SymbolicChooser")

@@ -22,14 +22,17 @@ class _Fault(torchmux.Backend):
     def compile(self, request):
         forward = request.ir.gm.forward
         state = {"calls": 0}
+        kinds = request.ir.input_kinds
 
         def run(*a):
             state["calls"] += 1
-            return self.fault(list(forward(*a)), a, state["calls"])
+            user = [x for x, k in zip(a, kinds) if k == "input" and isinstance(x, torch.Tensor)]
+            return self.fault(list(forward(*a)), user, state["calls"])
 
         return run
 
     def fault(self, out, args, call):
+        """``out``: the right answer; ``args``: the user's input tensors (not weights, not sizes); ``call``: 1, 2, ..."""
         return out
 
 
@@ -41,7 +44,14 @@ class WrongLate(_Fault):
     name = "fault_wrong_late"  # right twice (the first check calls twice), wrong from its third call on
 
     def fault(self, out, args, call):
-        return [o + 1 for o in out] if call >= 3 else out
+        return [o + 1 if o is not None else o for o in out] if call >= 3 else out
+
+
+class WrongSecond(_Fault):
+    name = "fault_wrong_2nd"  # right once, wrong from its second call on
+
+    def fault(self, out, args, call):
+        return [o + 0.01 if o is not None else o for o in out] if call >= 2 else out
 
 
 class WrongOnNaN(_Fault):
@@ -63,17 +73,20 @@ class AliasesInput(_Fault):
     name = "fault_aliases_input"  # returns the answer in its input's buffer
 
     def fault(self, out, args, call):
-        return [args[0].copy_(out[0])]
+        if args[0].numel() < out[0].numel():
+            return out
+        return [args[0].view(-1)[: out[0].numel()].copy_(out[0].reshape(-1)).view(out[0].shape)]
 
 
 class ReusesBuffer(_Fault):
-    name = "fault_reuses_buffer"
-    buf: torch.Tensor | None = None
+    name = "fault_reuses_buffer"  # one output buffer per shape, returned by every call
+
+    def __init__(self):
+        self.bufs = {}
 
     def fault(self, out, args, call):
-        if self.buf is None:
-            self.buf = torch.empty_like(out[0])
-        return [self.buf.copy_(out[0])]
+        buf = self.bufs.setdefault((out[0].shape, out[0].dtype), torch.empty_like(out[0]))
+        return [buf.copy_(out[0]), *out[1:]]
 
 
 class RaisesOnFifth(_Fault):
@@ -140,6 +153,7 @@ def torchmux_add_backends():
     return [
         Honest(),
         WrongLate(),
+        WrongSecond(),
         WrongOnNaN(),
         MutatesInput(),
         AliasesInput(),

@@ -580,14 +580,16 @@ def test_inductor_trial_in_the_child_is_a_cache_hit_in_the_parent():
     assert counters["inductor"]["fxgraph_cache_miss"] == 0, dict(counters["inductor"])
 
 
-def test_an_idle_child_leaves_and_the_next_trial_starts_a_new_one(monkeypatch):
+def test_an_idle_child_leaves_and_the_next_trial_starts_a_new_one(monkeypatch, tmp_path):
     monkeypatch.setenv("TORCHMUX_TRIAL_CHILD_IDLE", "1")
+    monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path / "first"))  # a verdict of an earlier test is no trial
     monkeypatch.setattr(isolate, "_SERVER", isolate.TrialChild())  # a child started under this setting
     x = torch.randn(7, 3)
     run_calls(["fault_none"], [x], isolate="all")
     child = isolate._SERVER._proc
     assert child is not None and child.wait(timeout=60) == 0  # it left by itself, idle
     torch._dynamo.reset()
+    monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path / "second"))  # f at another size: a trial again
     y = torch.randn(7, 5)
     outs, warned = run_calls(["fault_none"], [y], isolate="all")
     assert_eager(outs, [y])
@@ -595,9 +597,10 @@ def test_an_idle_child_leaves_and_the_next_trial_starts_a_new_one(monkeypatch):
     isolate._SERVER.stop()
 
 
-def test_a_child_that_cannot_start_leaves_plugins_out_with_one_warning(monkeypatch):
+def test_a_child_that_cannot_start_leaves_plugins_out_with_one_warning(monkeypatch, tmp_path):
     """No trial child can run (a Python that cannot run torchmux): a plugin's backend, untried, is not run
     in the user's process (an aborting one would kill it); one warning says why."""
+    monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path))  # no verdict of an earlier test stands for a trial
     monkeypatch.setattr(isolate, "_SERVER", isolate.TrialChild())
     monkeypatch.setattr(isolate.sys, "executable", "/bin/false")
     inputs = [torch.randn(7, 9), torch.randn(7, 11)]
@@ -614,3 +617,109 @@ def test_a_child_that_cannot_start_leaves_plugins_out_with_one_warning(monkeypat
     # the one compile() started (none where f was compiled with these backends before: a warm start)
     # and the one the first trial asked; after that, none
     assert starts[0] in (1, 2) and starts[1] == starts[0], starts
+
+
+# ------------------------------------------------------------------------- a second input shape (issue 29)
+class _MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(8, 16), torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+#: the fault table of issue 29: each backend fault and what its one warning names
+FAULT_ROWS = [
+    ("fault_abort", "crashed with signal 6"),
+    ("fault_segfault", "crashed with signal 11"),
+    ("fault_wrong_late", "wrong answer"),
+    ("fault_wrong_2nd", "wrong answer"),
+    ("fault_reuses_buffer", "reused output buffers"),
+    ("fault_mutates_input", "changed its input"),
+    ("fault_aliases_input", "changed its input"),  # it writes its answer into the input's memory
+    ("fault_hang_compile", "timed out after 3 s"),
+    ("fault_hang_call", "timed out after 3 s"),
+]
+
+
+def two_shapes(backend, *, grad=False, dynamic=None, batches=(4,) * 8 + (6,) * 2 + (4,)):
+    """The issue's program: an MLP called 8 times at batch 4, twice at batch 6, once more at batch 4 (with
+    ``grad``: forward and ``backward()`` each call). Checks what the user got against eager after every
+    call (inputs untouched, gradients) and after the last (no output overwritten by a later call); returns
+    the fallback warnings and the seconds the calls took."""
+    torch.manual_seed(0)
+    model = _MLP()
+    reference = _MLP()
+    reference.load_state_dict(model.state_dict())
+    compiled = torchmux.compile(model, backend=backend, dynamic=dynamic, options={"trial_deadline": 3.0})
+    inputs = [torch.randn(n, 8, generator=torch.Generator().manual_seed(i)) for i, n in enumerate(batches)]
+    outs, expected = [], []
+    t0 = time.monotonic()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for x in inputs:
+            kept = x.clone()
+            with torch.set_grad_enabled(grad):
+                out = compiled(x)
+                want = reference(kept)
+            torch.testing.assert_close(x, kept, rtol=0, atol=0)  # the user's input is the user's
+            torch.testing.assert_close(out, want)
+            if grad:
+                out.sum().backward()
+                want.sum().backward()
+                for p, q in zip(model.parameters(), reference.parameters()):
+                    torch.testing.assert_close(p.grad, q.grad)
+                model.zero_grad()
+                reference.zero_grad()
+            outs.append(out)
+            expected.append(want.detach())
+    seconds = time.monotonic() - t0
+    for out, want in zip(outs, expected):  # no later call overwrote an output it returned earlier
+        torch.testing.assert_close(out.detach(), want)
+    return [w for w in caught if issubclass(w.category, TorchmuxFallbackWarning)], seconds
+
+
+@pytest.mark.parametrize("name, reason", FAULT_ROWS, ids=[r[0] for r in FAULT_ROWS])
+@pytest.mark.parametrize("mode", ["named", "list"])
+def test_a_second_shape_gets_the_first_shapes_protection(name, reason, mode, tmp_path, monkeypatch):
+    """Every row of the fault table, on the two-shape program: eager's answer on every call (the user's
+    inputs untouched, no output overwritten), and one warning naming the fault (named; auto, which warns
+    only when verbose, at most that one). A hang costs the deadline once, not once per graph."""
+    monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path))  # nothing remembered from another test
+    warned, seconds = two_shapes(name if mode == "named" else [name, "eager"])
+    messages = [str(w.message) for w in warned]
+    if mode == "named":
+        assert len(warned) == 1 and name in messages[0] and reason in messages[0], messages
+        assert warned[0].filename == __file__
+    else:
+        assert len(warned) <= 1 and all(name in m and reason in m for m in messages), messages
+    if "hang" in name:  # one deadline (3 s) and a child's start, never one deadline per graph
+        assert seconds < 3.0 + isolate.STARTUP_SECONDS, seconds
+        assert sum("timed out" in m for m in messages) <= 1
+
+
+@pytest.mark.parametrize("name, reason", FAULT_ROWS, ids=[r[0] for r in FAULT_ROWS])
+def test_a_symbolic_graph_from_the_first_call_is_tried_checked_and_guarded(name, reason, tmp_path, monkeypatch):
+    """``dynamic=True``: the first graph is symbolic, so no static graph's verdict can stand for it. Its
+    backend is tried in a child on the graph at the call's sizes, checked on copies of the inputs, and
+    guarded: the same answer, the same one warning."""
+    monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path))
+    warned, _ = two_shapes(name, dynamic=True)
+    messages = [str(w.message) for w in warned]
+    assert len(warned) == 1 and name in messages[0] and reason in messages[0], messages
+
+
+GRAD_ROWS = [r for r in FAULT_ROWS if r[0] in ("fault_abort", "fault_wrong_late", "fault_reuses_buffer")]
+
+
+@pytest.mark.parametrize("name, reason", GRAD_ROWS, ids=[r[0] for r in GRAD_ROWS])
+@pytest.mark.parametrize("mode", ["named", "list"])
+def test_a_second_shape_with_gradients(name, reason, mode, tmp_path, monkeypatch):
+    """With gradients on, forward and backward at each shape: eager's outputs and gradients; at most one
+    warning per graph (the forward graph and the backward graph are two graphs of the backend's)."""
+    monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path))
+    warned, _ = two_shapes(name if mode == "named" else [name, "eager"], grad=True)
+    messages = [str(w.message) for w in warned]
+    assert len(warned) <= 2 and all(name in m and reason in m for m in messages), messages
+    assert warned or mode == "list"
