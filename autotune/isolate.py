@@ -30,11 +30,17 @@ the parent, ``backends/inductor.py``). ``python -m torchmux.bench.scripts.isolat
 Which candidates are isolated (``options={"isolate": ...}`` or ``TORCHMUX_ISOLATE``): ``"all"``
 (default), ``"third-party"`` (backends whose plugin is not torchmux itself), or ``"off"``. A backend
 the child cannot find (an object passed as ``backend=`` rather than registered from a module) or a
-graph that does not pickle is run in-process, unisolated. Symbolic-shape graphs are not isolated.
+graph that does not pickle is run in-process, unisolated. A symbolic-shape graph does not pickle into
+a child (its symbols do not survive): its trial runs on the graph specialized to the call's sizes, a
+static graph of the same structure (shapes.py), unless a verdict on that structure exists already.
 
-The deadline (``options={"trial_deadline": S}`` or ``TORCHMUX_TRIAL_DEADLINE``, default 300 s) covers
-the compile and the two calls; the child's own start has its own generous limit. A child past it is
-killed. A candidate that is *not* isolated gets the same deadline in-process
+The deadline (``options={"trial_deadline": S}`` or ``TORCHMUX_TRIAL_DEADLINE``; default 30 s,
+``settings.TRIAL_DEADLINE_SECONDS``, 300 s under ``mode="max-autotune"``) runs from the moment the child,
+up, has the request: loading it, the compile and the two calls. A child not up yet is first waited for
+:data:`STARTUP_SECONDS` (60). A child past either is killed. So a backend that hangs costs a first call
+at most the child's start (usually overlapped by Dynamo's capture) plus one deadline, and once per graph
+structure, not once per graph: the verdict is carried to the same graph at other sizes, a recompile, a
+symbolic recapture (verdicts.py). A candidate that is *not* isolated gets the same deadline in-process
 (:func:`torchmux.autotune.tuner.within_deadline`): its compile and two checked calls run in a daemon
 thread, and past the deadline the candidate fails as "timed out after S s" and that thread is
 abandoned -- Python cannot kill a thread, so it stays blocked, holding what it holds, until the process
@@ -72,7 +78,9 @@ from ..core.userframe import warn_at
 from . import verdicts
 
 _FORWARDED = ("TORCHMUX_", "TORCHINDUCTOR_", "TRITON_", "TVM_", "ORT_", "OMP_", "CUDA_VISIBLE_DEVICES")
-STARTUP_SECONDS = 180.0  # importing torch and the backend in a cold child on a loaded machine
+#: a cold child's start: importing torch and Inductor (7 s measured on this 2-core VM under load; compile()
+#: starts it while Dynamo captures). Only a child that is not up yet is waited for this long
+STARTUP_SECONDS = 60.0
 
 
 def wanted(backend: Any, mode: str) -> bool:
@@ -260,21 +268,23 @@ class TrialChild:
     def _wait(self, child: subprocess.Popen, deadline: float) -> tuple[tuple[bool, str] | None, bool, bool]:
         """Read the child's lines until the verdict: ``(verdict or None, child still usable, ask again)``."""
         assert child.stdout is not None
-        limit = time.monotonic() + STARTUP_SECONDS
+        # the deadline runs from the moment an up child has the request: loading it, importing the plugin
+        # and rebuilding the graph count (a plugin whose import hangs in the child is a hang like another)
+        limit = time.monotonic() + (deadline if self._up else STARTUP_SECONDS)
         started = None
         for line in _lines(child.stdout.fileno(), lambda: limit - time.monotonic()):
             if line == b"up":
                 self._up = True
+                limit = time.monotonic() + deadline
             elif line == b"ready":
                 started = time.monotonic()
-                limit = started + deadline
             elif line.startswith(b"{"):
                 verdict = json.loads(line)
                 if verdict.get("unknown"):
                     return None, True, False
                 return (bool(verdict["ok"]), str(verdict["reason"])), True, False
-        if time.monotonic() >= limit:
-            return ((False, f"timed out after {deadline:g} s (isolated trial)") if started else None), False, False
+        if time.monotonic() >= limit:  # a child that never came up is no verdict: the start failed, not the backend
+            return ((False, f"timed out after {deadline:g} s (isolated trial)") if self._up else None), False, False
         code = child.wait()  # the child is gone
         if not self._up:  # it never started: nothing here can run a trial (screen() warns once)
             self.unavailable = f"the trial child exited with status {code} before it started"

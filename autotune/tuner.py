@@ -25,7 +25,8 @@ reason (Triton's autotuner treats failures the same way). It never reaches the u
 candidate, and it is the reference's own ops.
 
 A candidate's compile and first two (checked) calls run in a worker thread given ``trial_deadline``
-seconds (``options={"trial_deadline": S}`` or ``TORCHMUX_TRIAL_DEADLINE``, default 300): past it the
+seconds (``options={"trial_deadline": S}`` or ``TORCHMUX_TRIAL_DEADLINE``; default 30, 300 under
+``mode="max-autotune"``: core/settings.py ``TRIAL_DEADLINE_SECONDS``): past it the
 candidate fails as "timed out after S s" and the thread is abandoned (:func:`within_deadline`). This
 covers every candidate, isolated in a child first or not (isolate.py). A call that hangs *later* --
 while timed, or once chosen, in the :class:`~torchmux.autotune.guard.Guard` that runs the user's calls --

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +15,7 @@ from .errors import BadArgumentError
 from .registry import get_registry
 
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+_TUNING_MODES = ("max-autotune", "max-autotune-no-cudagraphs")  # backends tune: compiles take minutes
 
 #: torchmux's own options (everything else in ``options`` must name a backend)
 OWN_OPTIONS: dict[str, tuple[type, Any, str]] = {
@@ -40,7 +42,7 @@ OWN_OPTIONS: dict[str, tuple[type, Any, str]] = {
         float,
         None,
         "seconds a candidate's trial (compile and first two checked calls, child process or worker thread) may "
-        "take (default: TORCHMUX_TRIAL_DEADLINE)",
+        "take (default: TORCHMUX_TRIAL_DEADLINE, else 30; 300 under mode='max-autotune')",
     ),
     "freeze": (
         bool,
@@ -89,8 +91,13 @@ class CompileConfig:
 
     @property
     def trial_deadline(self) -> float:
-        """Seconds a trial may take: the option ``trial_deadline``, else ``TORCHMUX_TRIAL_DEADLINE``."""
-        return float(self.own.get("trial_deadline") or settings.TRIAL_DEADLINE.get())
+        """Seconds a trial may take: the option ``trial_deadline``, else ``TORCHMUX_TRIAL_DEADLINE``, else
+        30 (``settings.TRIAL_DEADLINE_SECONDS``; 300 under ``mode="max-autotune"``, where backends tune)."""
+        if self.own.get("trial_deadline"):
+            return float(self.own["trial_deadline"])
+        if not os.environ.get(settings.TRIAL_DEADLINE.name) and self.mode in _TUNING_MODES:
+            return settings.TUNING_TRIAL_DEADLINE_SECONDS
+        return float(settings.TRIAL_DEADLINE.get())
 
     @property
     def names(self) -> list[str]:

@@ -139,12 +139,21 @@ ISOLATE = _define(
     "program down): 'all' (default), 'third-party' (plugins not shipped with torchmux), or 'off'. "
     "The option isolate=... overrides it per compile().",
 )
+#: The trial deadline's default: one candidate's compile of one graph and its first two checked calls. The
+#: slowest cold first call of a whole bench model under auto measured here (README, "Compile time": every
+#: candidate built, each tried in a child first) took 17 s; 30 s is about twice that, so no honest backend
+#: comes near it, and it is what a backend that hangs costs a first call (plus the trial child's start,
+#: isolate.STARTUP_SECONDS, when the child is not up yet), once per graph structure (autotune/verdicts.py).
+TRIAL_DEADLINE_SECONDS = 30.0
+#: ... under mode="max-autotune", where backends tune (TVM's MetaSchedule budget alone is 120 s a graph)
+TUNING_TRIAL_DEADLINE_SECONDS = 300.0
 TRIAL_DEADLINE = _define(
     "TORCHMUX_TRIAL_DEADLINE",
-    300.0,
+    TRIAL_DEADLINE_SECONDS,
     float,
     "Seconds a candidate's trial (its compile and first two checked calls, in a child process or a worker "
-    "thread) may take before it fails as 'timed out' and the next candidate (eager at worst) is used.",
+    "thread) may take before it fails as 'timed out' and the next candidate (eager at worst) is used. "
+    "Default 30, or 300 under mode='max-autotune' (tuning takes minutes); set, it applies to every mode.",
 )
 TRIAL_CHILD_IDLE = _define(
     "TORCHMUX_TRIAL_CHILD_IDLE",
