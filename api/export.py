@@ -470,9 +470,18 @@ class LoadedModel(_Call):
             order.append("eager")
         self._order = order
         self.backend, self._fn = self._open(order)
+        theirs, ours = self.manifest.get("machine") or {}, pkg.machine_kind(self.plan["device"])
+        moved = [k for k in ("processor", "device_name") if theirs.get(k) != ours.get(k)]
+        if moved and not self.notes:
+            self.notes.append(
+                "it was tuned on another machine ("
+                + ", ".join(f"{theirs.get(k)} there, {ours.get(k)} here" for k in moved)
+                + "): the stored choice may not be the fastest here; export it again on this machine to measure"
+            )
         if self.notes:
+            runs = f"runs {self.backend!r}" + ("" if self.backend == order[0] else f", not {order[0]!r}")
             warnings.warn(
-                f"torchmux.load({reader.path}): runs {self.backend!r}, not {order[0]!r}: " + "; ".join(self.notes),
+                f"torchmux.load({reader.path}) {runs}: " + "; ".join(self.notes),
                 TorchmuxFallbackWarning,
                 stacklevel=3,
             )

@@ -181,6 +181,19 @@ def test_weights_swap_without_exporting_again(mlp, mlp_ort) -> None:
         torch.testing.assert_close(m(*args), other(*args), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
+def test_mlp_on_auto_every_candidate_measured(mlp, tmp_path) -> None:
+    model, args = mlp
+    exported = torchmux.export(model, args)  # backend="auto": onnxruntime, inductor (AOTInductor), eager
+    plan = exported.plan
+    measured = {c["backend"]: c for c in plan["candidates"]}
+    assert {"onnxruntime", "inductor", "eager"} <= set(measured) and all(c["ok"] for c in measured.values())
+    assert plan["chosen"] == plan["candidates"][0]["backend"] and measured[plan["chosen"]]["ms"] is not None
+    path = exported.save(tmp_path / "auto.tmux")
+    result = _load_in_child(path, args, _eager(model, *args))
+    assert result["backend"] == plan["chosen"] and result["warnings"] == [] and result["err"] < 1e-4
+
+
 def test_training_mode_and_training_calls_are_refused() -> None:
     model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
     with pytest.raises(BadArgumentError, match="model.eval"):
@@ -222,6 +235,14 @@ def test_tiny_bert_with_a_dynamic_sequence_length(tmp_path) -> None:
     with torch.no_grad():
         out = m(x)
     assert type(out).__name__ == "BaseModelOutputWithPoolingAndCrossAttentions"  # the output's structure
+    on_eager = torchmux.export(model, args, backend="eager", dynamic_shapes=({1: Dim("seq", min=2, max=64)},))
+    result = _load_in_child(
+        on_eager.save(tmp_path / "bert-eager.tmux"),
+        (x,),
+        _eager(model, x),
+        preamble="import transformers.modeling_outputs",
+    )
+    assert result["backend"] == "eager" and result["warnings"] == [] and result["err"] < 1e-5
 
 
 def test_a_program_export_refuses_is_an_error_that_names_the_line() -> None:
