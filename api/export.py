@@ -105,7 +105,7 @@ def export(
         mode=config.mode,
         options=config.options_for,
         timed=config.auto and len(candidates) > 1,
-        deadline=config.trial_deadline,
+        deadline=_deadline(config),
         program=captured.program,
     )
     results = _check_range(frozen, captured, results, flat)
@@ -141,6 +141,19 @@ def export(
     plan = _plan(captured, frozen, flat, results, chosen, by_name, saved, device, config.options_for)
     fn = chosen.placement.fn if chosen.placement is not None else _eager(captured.program)
     return ExportedModel(captured, plan, saved, fn)
+
+
+def _deadline(config: Any) -> float:
+    """Seconds a candidate may take to compile and answer: the option or ``TORCHMUX_TRIAL_DEADLINE`` when
+    given, else the tuning deadline (an export builds whole programs ahead of time: AOTInductor compiles
+    a library of the whole model, tens of seconds on two cores, past ``compile()``'s first-call deadline)."""
+    import os
+
+    from ..core import settings
+
+    if config.own.get("trial_deadline") or os.environ.get(settings.TRIAL_DEADLINE.name):
+        return float(config.trial_deadline)
+    return float(settings.TUNING_TRIAL_DEADLINE_SECONDS)
 
 
 def _worth_trying(backend: Backend, device: str, config: Any) -> bool:
