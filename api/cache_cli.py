@@ -10,10 +10,12 @@
   matches :data:`BUNDLED` (no absolute path, no ``..``, no shared library), the SHA-256 the manifest
   gives, and a JSON file's schema; one bad member refuses the whole bundle.
 - ``demotions [--clear] [--backend NAME]``: the backends demoted after a later check failed (a wrong
-  answer or an exception after their trial, autotune/verify.py): backend, its version, graph, reason,
-  age. A demotion is keyed on the graph, the input signature, the backend's name and version, torch's
-  and torchmux's versions, and holds across processes until then; ``--clear`` deletes the records
-  (of one backend with ``--backend``), so the next process tries that backend again.
+  answer or an exception after their trial, autotune/verify.py), and the failed verdicts that carry a
+  demotion or a failed trial to every graph of the same structure (autotune/verdicts.py): backend, its
+  version, graph, reason, age. Both are keyed on the backend's name and version and torch's and
+  torchmux's versions (a demotion also on the graph and input signature, a verdict on the structure and
+  mode), and hold across processes until then; ``--clear`` deletes them (of one backend with
+  ``--backend``), so the next process tries that backend again.
 - ``stats``: hits, misses and bytes of the local and the remote level (core/remote_cache.py counts them
   and adds them to ``stats.json`` when a process exits), and the cache's size on disk.
 """
@@ -127,29 +129,32 @@ def listing(root: Path) -> str:
 
 # ----------------------------------------------------------------------------------------- demotions
 def demotions(root: Path, backend: str | None = None, *, clear: bool = False) -> str:
-    """The demotion records under ``root/demoted`` (of ``backend`` only, if given), one line each; with
-    ``clear``, deleted, and the last line says how many."""
-    now, lines, removed = time.time(), [], 0
-    for path in sorted((root / "demoted").glob("*.json"), key=lambda p: p.stat().st_mtime):
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            record = {}
-        name = str(record.get("backend", "?"))
-        if backend is not None and name != backend:
-            continue
-        version = f" {record['version']}" if record.get("version") else ""
-        graph = f" on {record['graph']}" if record.get("graph") else ""
-        lines.append(
-            f"  {name}{version}{graph}: {record.get('reason', '(unreadable)')}  {_age(now - path.stat().st_mtime)}"
-        )
-        if clear:
-            path.unlink()
-            removed += 1
+    """The demotion records under ``root/demoted`` and the failed verdicts under ``root/verdicts`` (a
+    demotion or a failed trial carried to every graph of the same structure, autotune/verdicts.py), of
+    ``backend`` only if given, one line each; with ``clear``, deleted, and the last line says how many."""
+    now, lines, counts = time.time(), [], {"demoted": 0, "verdicts": 0}
+    for folder in ("demoted", "verdicts"):
+        for path in sorted((root / folder).glob("*.json"), key=lambda p: p.stat().st_mtime):
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, ValueError):
+                record = {}
+            record = record if isinstance(record, dict) else {}
+            name = str(record.get("backend", "?"))
+            if (backend is not None and name != backend) or record.get("ok") is True:
+                continue  # another backend's, or a verdict that the trial was safe
+            what = f"{name} {record['version']}" if record.get("version") else name
+            what += f" on {record['graph']}" if record.get("graph") else ""
+            what += " (every graph of this structure)" if folder == "verdicts" else ""
+            lines.append(f"  {what}: {record.get('reason', '(unreadable)')}  {_age(now - path.stat().st_mtime)}")
+            counts[folder] += 1
+            if clear:
+                path.unlink()
     who = f" of {backend}" if backend else ""
+    total = f"{counts['demoted']} demotion records and {counts['verdicts']} failed verdicts{who}"
     if clear:
-        return "\n".join([*lines, f"removed {removed} demotion records{who} from {root / 'demoted'}"])
-    return "\n".join([f"{len(lines)} demotion records{who} in {root / 'demoted'}", *lines])
+        return "\n".join([*lines, f"removed {total} from {root}"])
+    return "\n".join([f"{total} in {root}", *lines])
 
 
 # --------------------------------------------------------------------------------------------- clear

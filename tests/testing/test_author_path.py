@@ -129,9 +129,11 @@ def test_a_demotion_is_listed_and_cleared_by_the_cache_cli(tmp_path, monkeypatch
             torch.testing.assert_close(f(x, x), x * x)  # call 2 is checked: caught, answered right
     assert cache_main(["demotions"]) == 0
     listed = capsys.readouterr().out
-    assert listed.startswith("1 demotion records") and "author_turns_wrong -" in listed and "wrong answer" in listed
+    assert listed.startswith("1 demotion records and 1 failed verdicts"), listed  # the graph, and its structure
+    assert "author_turns_wrong -" in listed and "wrong answer" in listed
     assert cache_main(["demotions", "--clear", "--backend", "someone_else"]) == 0
-    assert "removed 0" in capsys.readouterr().out
+    assert "removed 0 demotion records and 0 failed verdicts" in capsys.readouterr().out
     assert cache_main(["demotions", "--clear", "--backend", "author_turns_wrong"]) == 0
-    assert "removed 1 demotion records of author_turns_wrong" in capsys.readouterr().out
+    assert "removed 1 demotion records and 1 failed verdicts of author_turns_wrong" in capsys.readouterr().out
     assert not list((tmp_path / "demoted").glob("*.json"))
+    assert not any('"ok": false' in p.read_text() for p in (tmp_path / "verdicts").glob("*.json"))
