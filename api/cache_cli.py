@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import remote_cache, settings
-from ..core.artifacts import atomic_write
+from ..core.artifacts import atomic_write, sign
 
 #: what a bundle may hold, as paths under the cache folder (the only names import accepts)
 BUNDLED = {
@@ -231,6 +231,8 @@ def import_bundle(root: Path, source: Path) -> list[str]:
         raise BundleError(f"{MANIFEST} lists files the bundle lacks: {sorted(missing)[:3]}")
     for rel, data in checked.items():
         atomic_write(root / rel, data)
+        if _kind(rel) == "onnx":  # checked against the manifest's SHA-256: signed as this user's (ONNX Runtime
+            sign(root / rel)  # loads a cached model only with this user's digest beside it)
     return list(checked)
 
 

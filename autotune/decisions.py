@@ -83,13 +83,13 @@ def load(key: str) -> dict[str, Any] | None:
     try:
         if not remote_cache.fetch_artifact(path):
             return None
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError:
         return None
-    try:
-        record = json.loads(text)
-    except ValueError as e:
-        set_aside(path, f"not JSON: {e}")
+    try:  # the cache is data anyone with write access may have written: bytes that are not UTF-8 JSON are a miss
+        record = json.loads(data.decode())
+    except ValueError as e:  # UnicodeDecodeError included
+        set_aside(path, f"not JSON: {type(e).__name__}: {str(e)[:200]}")
         return None
     problem = decision_problem(record)
     if problem:

@@ -232,6 +232,7 @@ def _optimized_model(folder: Path, providers: list[tuple[str, dict[str, Any]]]) 
         tmp.unlink(missing_ok=True)
         raise
     os.replace(tmp, target)
+    _sign(target)
     return target
 
 
@@ -538,6 +539,32 @@ def compile_graph(request: extend.CompileRequest) -> OrtGraph:
         return _open(request, ir, providers, device, folder)
 
 
+def _cached(path: Path) -> bool:
+    """Whether a model file may be loaded from the cache: there, and what this user's torchmux stored (its
+    ``.hmac`` digest beside it matches, ``extend.authentic``), whatever ``verify`` says: a model swapped
+    for another valid one of the same signature would otherwise run unchecked under ``verify=False``. One
+    the fleet's cache sent (checked against the digest the fleet stored) is signed here as it arrives. A
+    file that fails is set aside as ``<name>.untrusted`` and rebuilt, with a logged warning (as TVM's)."""
+    local = path.exists()
+    if not fetch_artifact(path):
+        return False
+    if not local:
+        _sign(path)
+    if extend.authentic(path):
+        return True
+    _log.warning(
+        "onnxruntime: cached model %s does not match the digest beside it; set aside as .untrusted, rebuilt", path
+    )
+    with contextlib.suppress(OSError):
+        os.replace(path, path.with_name(path.name + ".untrusted"))
+    return False
+
+
+def _sign(path: Path) -> None:
+    with contextlib.suppress(OSError):  # a read-only cache: the next process rebuilds instead of trusting
+        extend.sign(path)
+
+
 def _damaged(e: BaseException) -> bool:
     """Whether ONNX Runtime refused a model file as unreadable (not a graph or provider it cannot run)."""
     return type(e).__name__ in ("InvalidProtobuf", "NoSuchFile") or "protobuf" in str(e).lower()
@@ -552,7 +579,7 @@ def _open(
 ) -> OrtGraph:
     folder.mkdir(parents=True, exist_ok=True)
     exported, optimized = folder / "model.onnx", folder / "model.opt.onnx"
-    have_exported, have_optimized = fetch_artifact(exported), fetch_artifact(optimized)  # local, else the fleet's
+    have_exported, have_optimized = _cached(exported), _cached(optimized)  # local and signed, else the fleet's
     cache_hit = have_optimized or (have_exported and any(n == TENSORRT for n, _ in providers))
     t0 = time.perf_counter()
     if not have_exported:
@@ -560,6 +587,7 @@ def _open(
             export_onnx(ir, request.example_inputs) if request.program is None else export_program_onnx(request.program)
         )
         atomic_write(exported, model_bytes)
+        _sign(exported)
         publish_artifact(exported)
     export_seconds = time.perf_counter() - t0 if not cache_hit else 0.0
     model = optimized if have_optimized else _optimized_model(folder, providers)

@@ -18,6 +18,7 @@ import torch
 import torchmux
 from torchmux.api.cache_cli import BundleError, import_bundle, main
 from torchmux.core import remote_cache
+from torchmux.core.artifacts import authentic
 from torchmux.core.registry import get_registry
 
 BACKENDS = ["eager", "onnxruntime"]
@@ -87,6 +88,7 @@ def test_export_then_import_on_a_fresh_machine(tuned: Path, tmp_path: Path, monk
     assert "imported" in out
     for rel in names[1:]:
         assert (fresh / rel).read_bytes() == (tuned / rel).read_bytes()
+        assert not rel.endswith(".onnx") or authentic(fresh / rel)  # loadable: ONNX Runtime checks the digest
 
     seen: list[str] = []
 

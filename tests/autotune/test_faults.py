@@ -296,9 +296,10 @@ def test_truncated_onnx_model_is_set_aside_and_rebuilt_once(tmp_path, monkeypatc
         m.write_bytes(m.read_bytes()[:40])  # truncated
     again = get_registry().get("onnxruntime").compile(CompileRequest(ir, [x_(0)]))
     torch.testing.assert_close(again(x_(1))[0], f(x_(1)))
-    assert all(m.with_name(m.name + ".bad").exists() for m in models)
+    # set aside before ONNX Runtime reads it: its digest (stored beside it) no longer matches
+    assert all(m.with_name(m.name + ".untrusted").exists() for m in models)
     third = get_registry().get("onnxruntime").compile(CompileRequest(ir, [x_(0)]))  # repaired: a plain hit
-    assert third.cache_hit and not list(tmp_path.glob("onnxruntime/*/*.bad.bad"))
+    assert third.cache_hit and not list(tmp_path.glob("onnxruntime/*/*.untrusted.untrusted"))
 
 
 def test_nonfinite_unsafe_ops_are_checked_on_every_nonfinite_call():
@@ -750,3 +751,58 @@ def test_the_default_deadline_is_well_under_a_minute_and_holds(monkeypatch, tmp_
         assert_eager([compiled(x_(0))], [x_(0)])
     waited = time.monotonic() - t0
     assert 30 <= waited < 60, waited  # the deadline, plus eager's compile on a loaded machine
+
+
+# ------------------------------------------------------------------------------ cache files are untrusted data
+def test_an_undecodable_decision_file_is_a_miss_with_a_warning(tmp_path, monkeypatch):
+    """A decision file replaced by random bytes (not UTF-8): the next compile measures again, with one
+    warning, instead of raising UnicodeDecodeError out of the user's call."""
+    monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path))
+    compiled = torchmux.compile(f, backend=["eager", "fault_none"], options={"isolate": "off"})
+    compiled(x_(0))
+    files = list((tmp_path / "decisions").glob("*.json"))
+    assert files
+    for p in files:
+        p.write_bytes(bytes(range(128, 256)) * 4)  # no valid UTF-8 in it
+    torch._dynamo.reset()
+    compiled = torchmux.compile(f, backend=["eager", "fault_none"], options={"isolate": "off"})
+    with pytest.warns(TorchmuxFallbackWarning, match="not valid.*UnicodeDecodeError"):
+        assert_eager([compiled(x_(0))], [x_(0)])
+    assert all(p.with_name(p.name + ".bad").exists() for p in files)
+
+
+def test_a_swapped_onnx_model_is_never_run(tmp_path, monkeypatch):
+    """A cached ONNX model replaced by another valid model of the same signature is checked against the
+    digest stored beside it before it runs (``verify`` has no say in it): set aside, rebuilt, right answer."""
+    if not get_registry().availability("onnxruntime").ok:
+        pytest.skip("onnxruntime backend unavailable")
+    import gc
+
+    import onnxruntime as ort
+
+    from torchmux.extend import CompileRequest
+
+    def other(x):
+        return torch.relu(x) * 3 - 1  # the same signature, another answer
+
+    backend = get_registry().get("onnxruntime")
+    monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path / "other"))
+    backend.compile(CompileRequest(trace(other, [x_(0)]), [x_(0)]))
+    monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path / "mine"))
+    ir = trace(f, [x_(0)])
+    first = backend.compile(CompileRequest(ir, [x_(0)]))
+    del first
+    gc.collect()  # no live session of the file: the next compile opens it again
+    (folder,) = (tmp_path / "mine" / "onnxruntime").iterdir()
+    (theirs,) = (tmp_path / "other" / "onnxruntime").iterdir()
+    for name in ("model.onnx", "model.opt.onnx"):
+        (folder / name).write_bytes((theirs / name).read_bytes())  # valid, same signature, wrong answer
+    swapped = ort.InferenceSession(str(folder / "model.opt.onnx"))
+    (wrong,) = swapped.run(None, {swapped.get_inputs()[0].name: x_(1).numpy()})
+    assert not torch.allclose(torch.from_numpy(wrong), f(x_(1)))  # what running it would have answered
+    del swapped
+    again = backend.compile(CompileRequest(ir, [x_(0)]))
+    torch.testing.assert_close(again(x_(1))[0], f(x_(1)))
+    assert not again.cache_hit
+    assert (folder / "model.opt.onnx.untrusted").exists() and (folder / "model.onnx.untrusted").exists()
+    assert backend.compile(CompileRequest(ir, [x_(0)])).cache_hit  # rebuilt and signed: a plain hit again
