@@ -13,7 +13,9 @@ behind both are one:
    rewrites the model's source (``frontends/mend``, installed on the instances for this capture only)
    and both modes are tried again with its rewrites active: a data-dependent ``if`` becomes
    ``torch.where`` where both sides can run, else ``torch.cond``; a ``while`` on a tensor becomes
-   ``torch.while_loop``. Where it still refuses, :class:`ExportRefused` gives each mode's reason and
+   ``torch.while_loop``; a check on the data (``if (x < 0).any(): raise ValueError(...)``, ``assert``)
+   becomes ``torch._check`` on the test's value, which export keeps as a runtime assertion (the
+   program raises a RuntimeError where eager raised the user's exception). Where it still refuses, :class:`ExportRefused` gives each mode's reason and
    lists every break with the user's file:line, from ``torchmux.explain``: never a silently partial
    package.
 2. **Normalize.** ``ExportedProgram.run_decompositions()`` gives functional Core ATen with parameters,

@@ -3,7 +3,9 @@
 At the top of a function whose remaining statements have no side effect, draw no random numbers and
 cannot raise on some data (:func:`pure_stmts`), the check becomes a deferred effect (:mod:`.runtime`'s
 ``deferred``) that raises ``E(msg)`` after the graph, with the user's file and line in a note. Later
-deferred prints do not appear when it fails. ``assert`` stays under ``__debug__``.
+deferred prints do not appear when it fails. ``assert`` stays under ``__debug__``. While
+``torch.export`` traces the mended code, the check is ``torch._check`` on the test's value instead (a
+runtime assertion in the exported program: :func:`.runtime._export_check`).
 """
 
 from __future__ import annotations

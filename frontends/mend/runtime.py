@@ -81,6 +81,9 @@ def register(effect: Effect) -> int:
 def _deferred(key: int, *values: Any) -> None:
     """Perform effect ``key`` with the runtime ``values`` (reordered after the graph by Dynamo)."""
     effect = EFFECTS[key]
+    if effect.kind == "check" and torch.compiler.is_exporting() and isinstance(values[0], torch.Tensor):
+        _export_check(effect, values[0])
+        return
     if effect.guarded:
         taken, values = bool(values[0]), values[1:]
         if taken != (effect.guarded > 0):
@@ -115,6 +118,21 @@ def _deferred(key: int, *values: Any) -> None:
         _log(effect, root, *args)
     else:  # the name now means something else: call it as written
         callee(*args, **kwargs)
+
+
+def _export_check(effect: Effect, test: torch.Tensor) -> None:
+    """A check while ``torch.export`` traces the mended code (non-strict: this runs as Python): there is
+    no "after the graph" in an exported program, so the check becomes ``torch._check`` on the test's
+    value, which export keeps as a runtime assertion in the program. On data that fails it the program
+    raises a RuntimeError naming the user's exception and line (the user's message when it is a
+    constant), where eager raised the exception itself."""
+    ok = as_bool(test)
+    if effect.extra["raise_if"]:
+        ok = torch.logical_not(ok)
+    exc = effect.callee(effect.globals) if effect.callee is not None else None
+    said = [str(p[1]) for p in effect.parts[1:] if p[0] == "const"]
+    what = f"{getattr(exc, '__name__', 'AssertionError')}" + (f": {' '.join(said)}" if said else "")
+    torch._check(ok.item(), lambda: f"{what} (the check at {effect.filename}:{effect.lineno}, kept by torchmux.export)")
 
 
 #: what mended code calls; Dynamo must never trace into it (it runs between graphs, as plain Python)

@@ -159,3 +159,25 @@ def test_a_program_that_writes_its_input_is_taken_and_the_ir_returns_the_users_o
     got = captured.ir.gm(*[p.detach() for p in captured.weights], kept)
     torch.testing.assert_close(got[0], expected)
     torch.testing.assert_close(kept, x)  # the IR's graph leaves the caller's tensor as it was
+
+
+class Checked(nn.Module):
+    """A check on the data: eager raises ValueError on a negative input."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (x < 0).any():
+            raise ValueError("negative input")
+        return x.sqrt()
+
+
+def test_a_check_on_the_data_becomes_a_runtime_assertion_in_the_program() -> None:
+    model, x = Checked().eval(), torch.rand(2, 3)
+    for strict in (False, True):
+        with pytest.raises(Exception, match="[Dd]ata-dependent"):
+            torch.export.export(model, (x,), strict=strict)
+    captured = capture(model, (x,))
+    assert captured.mended and not captured.strict
+    program = captured.program.module()
+    torch.testing.assert_close(program(x), x.sqrt())
+    with pytest.raises(RuntimeError, match="[Rr]untime assertion"):  # torch._check's assertion, kept by export
+        program(-torch.ones(2, 3))
