@@ -13,7 +13,8 @@ the built-ins.
 - Symbolic graphs: :func:`export_program` (``torch.export`` with one ``Dim`` per symbol, tensor
   inputs only: :func:`tensor_inputs`).
 - Claims: :func:`load_claims` reads the conformance suite's results (``python -m
-  torchmux.testing.probe NAME --write claims.json``); :func:`load_nonfinite_unsafe` the ops in it that
+  torchmux.testing.probe NAME --write claims.json``; before that file exists it returns an empty
+  :class:`MissingClaims`, with a warning that says how to write it); :func:`load_nonfinite_unsafe` the ops in it that
   differ from eager on NaN/±inf inputs (set them as ``Backend.nonfinite_unsafe``).
 - Environment probes that never import the library they ask about: :func:`package_version`,
   :func:`module_present`, :func:`version_tuple`, :func:`has_cuda`.
@@ -29,6 +30,7 @@ the built-ins.
 from __future__ import annotations
 
 from .core.artifacts import (
+    MissingClaims,
     artifact_dir,
     atomic_write,
     authentic,
@@ -60,6 +62,7 @@ from .core.symbolic import export_program, size_outputs, tensor_inputs
 
 __all__ = [
     "CONTRACT_VERSION",
+    "MissingClaims",
     "Availability",
     "Backend",
     "CompileRequest",
