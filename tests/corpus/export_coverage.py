@@ -2,6 +2,7 @@
 
     python tests/corpus/export_coverage.py DIR [--jobs 1] [--timeout 900] [--module-timeout 60] [-k NAME] [-v] [--json OUT]
     python tests/corpus/export_coverage.py --report OUT [-v]     # the report of a saved run
+    python tests/corpus/export_coverage.py --corpus [-k CATEGORY] [-v]  # the repository's own corpus instead
 
 ``DIR`` holds ParityBench's generated files, as for ``paritybench.py`` (whose loading this reuses: one
 child process per file, imports the machine lacks served as mocks, each module built in eval mode
@@ -38,6 +39,7 @@ from typing import Any
 from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+CORPUS = "corpus:"  # a child's path naming one category of the corpus instead of a generated file
 
 #: (category, pattern on "ExceptionType: message"), first match wins; the report counts these
 CATEGORIES: list[tuple[str, str]] = [
@@ -139,8 +141,14 @@ def child(path: str, step_timeout: int) -> None:
     warnings.simplefilter("ignore")
     repo = os.path.splitext(os.path.basename(path))[0].removeprefix("test_")
     try:
-        module = paritybench._load(path)
-        cases = paritybench._cases(module)
+        if path.startswith(CORPUS):  # the repository's own corpus (programs.py, research.py), by category
+            from catalog import ALL
+
+            cases = [p for p in ALL if p.category == path[len(CORPUS) :]]
+            repo = path[len(CORPUS) :]
+        else:
+            module = paritybench._load(path)
+            cases = paritybench._cases(module)
     except BaseException as e:  # the file itself does not load here
         print(json.dumps({"repo": repo, "module": "<file>", "status": "load-fails", "why": repr(e)[:200]}), flush=True)
         return
@@ -232,7 +240,7 @@ def _flat(out: Any) -> list[Any]:
 
 
 def _run_file(path: str, timeout: int, step_timeout: int) -> list[dict[str, Any]]:
-    repo = os.path.splitext(os.path.basename(path))[0].removeprefix("test_")
+    repo = os.path.splitext(os.path.basename(path))[0].removeprefix("test_").removeprefix(CORPUS)
     cmd = [sys.executable, os.path.abspath(__file__), "--child", path, "--module-timeout", str(step_timeout)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=HERE)
@@ -257,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-v", "--verbose", action="store_true", help="one line per module")
     parser.add_argument("--json", help="also write every module's record to this file (JSON lines)")
     parser.add_argument("--report", help="print the report of records a --json run wrote, measure nothing")
+    parser.add_argument(
+        "--corpus", action="store_true", help="measure the repository's own corpus (its nn.Module programs) instead"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     ns = parser.parse_args(argv)
     if ns.child:
@@ -267,11 +278,19 @@ def main(argv: list[str] | None = None) -> int:
             saved = [json.loads(line) for line in f if line.strip()]
         report(saved, len({r["repo"] for r in saved}), ns.verbose)
         return 0
-    if not ns.dir or not os.path.isdir(ns.dir):
+    if ns.corpus:
+        sys.path.insert(0, HERE)
+        from catalog import CATEGORIES
+
+        files = [CORPUS + c for c in CATEGORIES if ns.k in c]
+    elif not ns.dir or not os.path.isdir(ns.dir):
         parser.error("give the folder of ParityBench's generated files (its 'generated' folder, or a copy of some)")
-    files = sorted(
-        os.path.join(ns.dir, f) for f in os.listdir(ns.dir) if f.startswith("test_") and f.endswith(".py") and ns.k in f
-    )
+    else:
+        files = sorted(
+            os.path.join(ns.dir, f)
+            for f in os.listdir(ns.dir)
+            if f.startswith("test_") and f.endswith(".py") and ns.k in f
+        )
     start = time.perf_counter()
     with ThreadPoolExecutor(max(1, ns.jobs)) as pool:
         records = [r for rs in pool.map(lambda p: _run_file(p, ns.timeout, ns.module_timeout), files) for r in rs]
@@ -292,7 +311,9 @@ def report(records: list[dict[str, Any]], files: int, verbose: bool = False) -> 
     left_out = collections.Counter(r["status"] for r in records if r["status"] != "ok")
     empty = [r for r in ok if r["ops"] == 0]
     some = [r for r in ok if r["ops"] > 0]
-    print(f"ParityBench files: {files}; modules that run here: {len(ok)}; left out: {dict(left_out) or 'none'}")
+    print(
+        f"files (or corpus categories): {files}; modules that run here: {len(ok)}; left out: {dict(left_out) or 'none'}"
+    )
     print(f"modules with no operator to capture (return x): {len(empty)}; with something to capture: {len(some)}")
     if verbose:
         for r in records:
