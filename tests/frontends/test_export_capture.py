@@ -1,6 +1,8 @@
 """Capture for ``torchmux.export`` (``frontends/export.py``): what ``torch.export`` takes, taken as it is;
 a program only strict mode takes, taken strict; a data-dependent ``if`` that only the mend pass's
-rewrite lets export take, taken with its rewrite; a program nothing takes, refused with the user's line.
+rewrite lets export take, taken with its rewrite (``torch.where``, ``torch.cond``, a check kept as a
+runtime assertion); a program that writes its input in place, taken with the user's outputs; a program
+nothing takes, refused with the user's line.
 
 Each captured program is run and compared with the eager module, on inputs that take each branch.
 """
