@@ -10,6 +10,7 @@ that eager raises as well is the user's own and reaches the user unchanged.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from time import perf_counter
 from typing import Any
 
 from ..core.errors import TorchmuxFallbackWarning
@@ -40,6 +41,10 @@ class Guard:
         self.calls = 0
         self.kinds: set[tuple] = set()
         self._next = 1  # the next call the sparse schedule checks
+        # the check budget (verify.CHECK_BUDGET): seconds the checks cost beyond the calls they answered,
+        # what an unchecked call costs (timed once after each check: call number _probe), the last check's cost
+        self.spent, self.call_seconds, self._probe, self._last_cost = 0.0, 0.0, 0, 0.0
+        self.budget = verify.CHECK_BUDGET
         self._checked_first = checked_first
         self._random = verify.is_random(ir)
         self.demotions: list[tuple[str, str]] = []
@@ -74,6 +79,8 @@ class Guard:
         else:
             due = not (self._trusted or self.policy == "off") and self._due(args)
         if not due:
+            if calls == self._probe:  # the unchecked call after a check: timed, for the check budget
+                return self._timed(args)
             try:  # _run, inlined: this is every call's path
                 return self.fn(*args)
             except Exception as e:
@@ -81,7 +88,11 @@ class Guard:
                     raise  # eager raised it: the user's own exception
                 return self._demote(f"raised {short_error(e)} on call {self.calls}", args)
         try:
+            t0 = perf_counter()
             out, wrong = verify.check_call(self.ir, self.fn, args, twice=False)
+            self._last_cost = max(perf_counter() - t0 - self.call_seconds, 0.0)  # beyond the call it answered
+            self.spent += self._last_cost
+            self._probe = calls + 1
         except Exception as e:  # noqa: BLE001 -- a backend's fault of any kind is a measurement, never the user's crash
             return self._demote(f"raised {short_error(e)} on call {self.calls}", args)
         if wrong is None:
@@ -98,17 +109,41 @@ class Guard:
             return self.calls == 1 and not self._checked_first
         return self._due_kind(verify.input_kind(args, self.keyed))
 
+    def _timed(self, args: Sequence[Any]) -> Sequence[Any]:
+        t0 = perf_counter()
+        try:
+            out = self.fn(*args)
+        except Exception as e:
+            if self._trusted:
+                raise
+            return self._demote(f"raised {short_error(e)} on call {self.calls}", args)
+        self.call_seconds = perf_counter() - t0
+        return out
+
     def _due_kind(self, kind: tuple) -> bool:
-        """The sparse policy: whether a call whose inputs are of ``kind`` is checked."""
+        """The sparse policy: whether a call whose inputs are of ``kind`` is checked (verify.py: the
+        schedule, new kinds of input, and the check budget, which only ever postpones a scheduled check)."""
         new_kind = kind not in self.kinds
         self.kinds.add(kind)
-        if self.calls >= self._next:
-            self._next = verify.next_scheduled(self.calls)
-        if self.calls == 1:
+        calls = self.calls
+        if calls == 1:
+            self._next = 2
             return not self._checked_first
-        if self._watch_nonfinite and any(k in ("nan", "inf") for k in kind):
-            return True  # an op the backend's claims mark unsafe on NaN/inf: every such call is checked
-        return new_kind or verify.scheduled(self.calls)
+        if (self._watch_nonfinite and any(k in ("nan", "inf") for k in kind)) or new_kind:
+            if calls >= self._next:  # it stands for the scheduled check too
+                self._next = verify.next_scheduled(calls)
+            # a new kind, or an op the backend's claims mark unsafe on NaN/inf (then every such call): checked
+            return True
+        if calls < self._next:
+            return False
+        # a scheduled check (or one the budget postponed): taken once the checks, this one included, cost
+        # at most ``budget`` of the time the graph's calls took so far
+        allowed = verify.within_budget(calls, self.spent + self._last_cost, self.call_seconds, self.budget)
+        if calls > verify.BUDGET_AFTER and allowed > calls:
+            self._next = allowed
+            return False
+        self._next = verify.next_scheduled(calls)
+        return True
 
     def _demote(self, reason: str, args: Sequence[Any] | None) -> Any:
         """Stop using the chosen backend for this graph; answer ``args`` (if given) with the next candidate."""

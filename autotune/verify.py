@@ -16,6 +16,28 @@
   inputs hold NaN or ±inf, not only the first such call.
 - ``"always"``: every call (for debugging a backend).
 
+**What a check costs, and the budget** (the sparse policy's bound at every point of a run, not only in
+the steady state). A check is one run of the graph's own ATen code on one thread (an eager call), a copy
+of the user inputs, and the comparison (core/compare.py: a few passes in the outputs' precision; it was
+45 ms, six eager calls of the bench's pointwise chain, in float64 with masks, before). Measured on the
+pointwise chain (256x1024, one thread, ONNX Runtime chosen): 0.5-1.5 eager calls beyond the call it
+answers. On top, :data:`CHECK_BUDGET`: a scheduled check after call 2 is taken only
+once the checks so far, that one included, cost at most 10% of the time the graph's calls took (each
+unchecked call after a check is timed, what a check cost beyond its call is summed); until then it is
+postponed, never dropped. Calls 1, 2, 4 and 8 (:data:`BUDGET_AFTER`), a new kind of input and the
+``nonfinite_unsafe`` rule are never postponed. So past call 8 the checks add at most 10% to the
+graph's calls' time, besides those four checks (about one eager call each).
+
+**What is caught, and when** (sparse). A backend whose answers go wrong from call k on, on inputs of a
+kind already seen, is caught at the first check at or after call k (the trial's two checked calls come before call 1):
+for k <= 8 at the next of calls 1, 2, 4, 8; later at the next call of the schedule (at most 2k up to
+8192, then within 8192 calls) unless the budget postponed it, to no later than the call where the checks
+so far fit in 10% of the time. A check costing c calls is postponed to about call 10 * (checks so far
++ 1) * c at most, and the schedule's doubling outgrows that after a few checks: with c = 2, checks fall
+at 1, 2, 4, 8, ~100, 128, 256, 512, ... Inputs of a new kind
+(the first NaN, the first inf, a new magnitude band) are checked on their first call whatever the
+budget. Every wrong answer caught is answered by the reference; the ones returned before it are not.
+
 **A check** runs the graph's own ATen code (the reference interpreter's ops, without its per-node
 bookkeeping) on a copy of the inputs and compares (core/compare.py);
 it also fails a candidate that changed a user input the graph does not mutate, returned an output
@@ -39,6 +61,7 @@ import contextlib
 import hashlib
 import json
 import math
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -73,6 +96,25 @@ def scheduled(call: int) -> bool:
     if call <= SPARSE_UNTIL:
         return call & (call - 1) == 0  # 1, 2, 4, 8, ...
     return call % SPARSE_EVERY == 0
+
+
+#: the most of a graph's time its scheduled checks may take (see the module docstring): a scheduled check
+#: past call BUDGET_AFTER waits until the checks so far, itself included, cost at most this share of the
+#: calls' time
+CHECK_BUDGET = 0.1
+#: calls 1, 2, 4 and 8 are checked whatever they cost: a backend that turns wrong just after its trial is
+#: caught by call 8, as the schedule promises (plugins.md, tests/testing/test_kit.py)
+BUDGET_AFTER = 8
+
+
+def within_budget(call: int, cost: float, call_seconds: float, budget: float) -> int:
+    """The first call from ``call`` on at which checks costing ``cost`` seconds (beyond the calls they
+    answered) are at most ``budget`` of the time the graph's calls took, ``call_seconds`` each."""
+    if call_seconds <= 0 or cost <= budget * call * call_seconds:
+        return call
+    if budget <= 0:
+        return sys.maxsize
+    return max(call, math.ceil(cost / (budget * call_seconds)))
 
 
 def next_scheduled(call: int) -> int:
@@ -170,8 +212,7 @@ def check_call(
     Exceptions from ``fn`` propagate (the caller names them "crashed").
     """
     kinds = ir.input_kinds
-    mine = clone_inputs(args, kinds)
-    before = clone_inputs(mine, kinds)
+    mine = clone_inputs(args, kinds)  # the backend's: ``args`` (the user's) are the "before" it is held to
     ref_args = clone_inputs(args, kinds)
     if reference is None:
         with one_torch_thread():
@@ -183,7 +224,7 @@ def check_call(
     wrong = compare(ir, out, ref)
     if wrong:
         return None, f"wrong answer: {wrong}"
-    for i, (a, b, k) in enumerate(zip(mine, before, kinds)):
+    for i, (a, b, k) in enumerate(zip(mine, args, kinds)):
         if k == "input" and isinstance(a, torch.Tensor) and not _same(a, b):
             return None, f"changed its input {i}, which the graph does not mutate"
     ins = [s for s, k in zip(_storages(mine), kinds) if k == "input" and s != -1]

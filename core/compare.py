@@ -8,6 +8,7 @@ large activations are not held to an absolute 1e-5.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -50,6 +51,8 @@ def mismatch(out: Sequence[Any], ref: Sequence[Any], scale: float = 1.0) -> str 
             continue
         rtol, atol = TOLERANCES.get(r.dtype, (1e-3, 1e-3))
         rtol, atol = rtol * scale, atol * scale
+        if not r.dtype.is_complex and _close(o_, r_, rtol, atol):
+            continue  # the common answer: all finite and within tolerance, in eight passes
         o64, r64 = o_.double(), r_.double()
         nan_r, nan_o = torch.isnan(r64), torch.isnan(o64)
         if not torch.equal(nan_r, nan_o):
@@ -73,3 +76,23 @@ def mismatch(out: Sequence[Any], ref: Sequence[Any], scale: float = 1.0) -> str 
                 f"(worst |diff| {float(diff[j]):.3g} vs allowed {float(bound[j]):.3g}, dtype {r.dtype})"
             )
     return None
+
+
+def _close(o: torch.Tensor, r: torch.Tensor, rtol: float, atol: float) -> bool:
+    """True when every value of ``r`` is finite and ``o`` lies within the tolerance above of it: the rule of
+    :func:`mismatch`, in the outputs' own precision (float32 for 16-bit types) and about eight passes.
+
+    A check must cost about what the call it checks costs (autotune/verify.py): the full rule, in float64
+    with masks for NaN and infinities, took 45 ms on a 256x1024 float32 output, six eager calls of the
+    pointwise chain it checked. Anything this refuses (a NaN, an infinity, a value out of tolerance) goes
+    through the full rule, which decides and says where."""
+    if r.dtype in (torch.float16, torch.bfloat16):
+        o, r = o.float(), r.float()
+    lo, hi = torch.aminmax(r)  # one pass; NaN if any value is NaN
+    low, high = float(lo), float(hi)
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return False
+    peak = max(1.0, -low, high)
+    diff = torch.sub(o, r).abs_()  # NaN or inf where o has one: refused by le() below
+    bound = r.abs().mul_(rtol).add_(atol * peak)
+    return bool(torch.le(diff, bound).all())

@@ -54,6 +54,13 @@ class WrongSecond(_Fault):
         return [o + 0.01 if o is not None else o for o in out] if call >= 2 else out
 
 
+class WrongTwentieth(_Fault):
+    name = "fault_wrong_20th"  # right for 19 calls, wrong from its 20th on
+
+    def fault(self, out, args, call):
+        return [o + 1 if o is not None else o for o in out] if call >= 20 else out
+
+
 class WrongOnNaN(_Fault):
     name = "fault_wrong_nan"  # turns NaN into 0, as TVM's relu did
 
@@ -154,6 +161,7 @@ def torchmux_add_backends():
         Honest(),
         WrongLate(),
         WrongSecond(),
+        WrongTwentieth(),
         WrongOnNaN(),
         MutatesInput(),
         AliasesInput(),

@@ -332,10 +332,13 @@ def test_nonfinite_unsafe_ops_are_checked_on_every_nonfinite_call():
     assert counted == [3, 6], counted
 
 
-def test_sparse_checks_the_schedule_and_each_new_kind_of_input():
+def test_sparse_checks_the_schedule_and_each_new_kind_of_input(monkeypatch):
     """The sparse policy checks calls 1, 2, 4, 8, ... and the first call whose input is of a new kind: a new
-    magnitude band, the first NaN, the first inf; a NaN again, off the schedule, is not checked."""
+    magnitude band, the first NaN, the first inf; a NaN again, off the schedule, is not checked. (The check
+    budget, which may postpone a scheduled check on a graph this small, is lifted: the schedule alone.)"""
     from torchmux.autotune import verify
+
+    monkeypatch.setattr(verify, "CHECK_BUDGET", math.inf)
 
     inputs = [x_(i) for i in range(40)]
     inputs[20] = inputs[20] * 1e6  # call 21: a new magnitude band
@@ -806,3 +809,64 @@ def test_a_swapped_onnx_model_is_never_run(tmp_path, monkeypatch):
     assert not again.cache_hit
     assert (folder / "model.opt.onnx.untrusted").exists() and (folder / "model.onnx.untrusted").exists()
     assert backend.compile(CompileRequest(ir, [x_(0)])).cache_hit  # rebuilt and signed: a plain hit again
+
+
+# ------------------------------------------------------------------------------------ what checking costs
+def test_the_check_budget_postpones_a_scheduled_check_and_never_drops_it():
+    """A graph so small that a check costs many of its calls: calls 1, 2, 4 and 8 are checked, then the
+    scheduled checks wait until the checks fit in CHECK_BUDGET of the calls' time; a backend wrong from
+    its 20th call (the user's 18th) is still caught, later than call 32, and every answer after that is
+    eager's."""
+    from torchmux.autotune import verify
+
+    assert verify.within_budget(10, 1.0, 0.1, 0.1) == 100 and verify.within_budget(200, 1.0, 0.1, 0.1) == 200
+    assert verify.within_budget(3, 5.0, 0.0, 0.1) == 3  # no call timed yet: nothing to weigh against
+    inputs = [x_(i) for i in range(600)]
+    checked: list[int] = []
+    now = [0]
+    real = verify.check_call
+    compiled = torchmux.compile(f, backend="fault_wrong_20th", options={"isolate": "off"})
+
+    def counting(*a, **k):  # notes the call number, then runs the real check
+        checked.append(now[0])
+        return real(*a, **k)
+
+    verify.check_call = counting
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            outs = []
+            for now[0], x in enumerate(inputs, 1):
+                outs.append(compiled(x))
+    finally:
+        verify.check_call = real
+    warned = [str(w.message) for w in caught if issubclass(w.category, TorchmuxFallbackWarning)]
+    assert len(warned) == 1 and "wrong answer" in warned[0], warned
+    assert checked[:4] == [1, 2, 4, 8], checked
+    caught_at = checked[4]  # the first check after call 8: the one that finds the wrong answers
+    assert caught_at > 32, checked  # postponed past the schedule's 32 (a check costs many calls of f)
+    assert all(not torch.allclose(o, f(x)) for o, x in zip(outs[17 : caught_at - 1], inputs[17 : caught_at - 1]))
+    assert all(torch.allclose(o, f(x)) for o, x in zip(outs[caught_at - 1 :], inputs[caught_at - 1 :]))
+
+
+def test_a_check_costs_about_an_eager_call():
+    """The comparison is a few passes in the outputs' precision, not the float64 rule with masks that cost
+    six eager calls: on a 256x1024 output it takes fewer passes over the data than the eager graph (ten
+    pointwise ops), counted with the profiler, not timed."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from torchmux.core.compare import mismatch
+
+    x = torch.randn(1, 256, 1024)
+    ref, out = [x.tanh()], [x.tanh()]
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        assert mismatch(out, ref) is None
+    full = [  # the kernels that pass over the whole output (not views, scalars or allocations)
+        e.name
+        for e in prof.events()
+        if e.name.startswith("aten::") and e.input_shapes and e.input_shapes[0] == [1, 256, 1024]
+        if e.name not in ("aten::detach", "aten::to", "aten::empty", "aten::empty_like")
+    ]
+    assert "aten::_to_copy" not in full and "aten::index" not in full, full  # no float64 copy, no masks
+    assert len(full) <= 12, full  # eight passes (an op's nested dispatch, abs -> abs.out, is listed twice)
+    assert "outside tolerance" in (mismatch([ref[0] + 1], ref) or "")  # and it still says where and by how much
