@@ -76,6 +76,10 @@ def structure(ir: GraphIR) -> str:
             args = node.args[0] if isinstance(node.args[0], (tuple, list)) else [node.args[0]]
             parts.append("out:" + ",".join(str(index[a]) for a in args if a in index))  # no None, no SymInt
             continue
+        if node.op == "get_attr" and isinstance(sub := getattr(ir.gm, str(node.target), None), torch.fx.GraphModule):
+            ops = ",".join(op_name(n) for n in sub.graph.nodes if n.op == "call_function")
+            parts.append(f"branch:{ops}")  # a control-flow branch's body is part of the program
+            continue
         if not tensors:
             continue  # a SymInt, an int, a size query: sizes are not structure
         index[node] = len(index)
