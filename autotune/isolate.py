@@ -149,6 +149,8 @@ def trial(
     verdict = _ask_child(ir, backend.name, plugin, args, mode, options, deadline)
     if verdict is None:
         return None
+    if verdicts.slow_not_stuck(backend, verdict[1]):
+        return verdict  # torchmux's own code was slow, not stuck: the next process tries it again
     try:
         atomic_write(_verdict_path(key), json.dumps({"ok": verdict[0], "reason": verdict[1], "backend": backend.name}))
     except OSError:

@@ -17,6 +17,8 @@ versions), in this process and under ``$TORCHMUX_CACHE_DIR/verdicts/``:
 - *failed* (not ``ok``, with the reason): it crashed or hung in a trial, or its checked calls answered
   wrong, changed an input, returned an input's memory or reused its output buffers, or its guard
   demoted it. A later graph of the structure does not try it at all. Failed is never overwritten by safe.
+  A torchmux backend that timed out was slow, not stuck: that verdict stays in this process
+  (:func:`slow_not_stuck`), and the next process tries it again.
 
 A compile that raises is not a verdict (the next graph may well compile). A verdict recorded in this
 process was warned about when it was recorded: a graph that skips the backend for it warns no more
@@ -126,6 +128,14 @@ def recall(shape: str, backend: Any, mode: str | None) -> Verdict | None:
     return Verdict(record["ok"], record["reason"], here=False)
 
 
+def slow_not_stuck(backend: Any, reason: str) -> bool:
+    """A torchmux backend past the deadline: its code does not hang, it was slow (a large graph on a busy
+    machine). That verdict holds in this process and is not written to disk: the next process tries it again."""
+    from ..core.registry import get_registry
+
+    return reason.startswith("timed out") and get_registry().package_of(backend.name) == "torchmux"
+
+
 def carried(reason: str) -> bool:
     """Whether a failure with this reason is a verdict on the structure (:data:`CARRIED`)."""
     return reason.startswith(CARRIED)
@@ -143,6 +153,8 @@ def record(shape: str, backend: Any, mode: str | None, ok: bool, reason: str = "
         if old is not None and not old.ok:
             return
         _HERE[_memo_key(key)] = Verdict(ok, reason, here=True)
+    if slow_not_stuck(backend, reason):
+        return  # kept in this process only
     try:
         atomic_write(_path(key), json.dumps({"ok": ok, "reason": reason, "backend": backend.name}))
     except OSError:
