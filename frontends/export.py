@@ -131,9 +131,26 @@ def _export(
     """``torch.export.export`` in one mode, or the exception it raised (a break, an unsupported construct)."""
     try:
         with torch.no_grad():
-            return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
+            program = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict)
     except Exception as e:  # the refusal is the answer; the caller tries the next way
         return e
+    return _unsound(program) or program
+
+
+def _unsound(program: torch.export.ExportedProgram) -> Exception | None:
+    """A program export gave but cannot run: one holding a fake tensor (tracing's stand-in) as a weight or
+    constant. Strict export gives one for ``self.weight.data`` used in the forward (torch 2.13, where
+    non-strict refuses it), and decomposing it crashes the process; it is a refusal like any other."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    held = {**program.state_dict, **program.constants}
+    fake = [name for name, value in held.items() if isinstance(value, torch.Tensor) and is_fake(value)]
+    if fake:
+        return RuntimeError(
+            f"torch.export gave a program whose {fake[0]} is a fake tensor (a value it could not trace, such as "
+            "a parameter's .data read in the forward)"
+        )
+    return None
 
 
 def _is_argument_error(e: BaseException) -> bool:

@@ -183,3 +183,21 @@ def test_a_check_on_the_data_becomes_a_runtime_assertion_in_the_program() -> Non
     torch.testing.assert_close(program(x), x.sqrt())
     with pytest.raises(RuntimeError, match="[Rr]untime assertion"):  # torch._check's assertion, kept by export
         program(-torch.ones(2, 3))
+
+
+class ReadsWeightData(nn.Module):
+    """``self.weight.data`` in the forward: strict export (torch 2.13) gives a program holding a fake tensor,
+    whose decomposition crashed the process."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(4, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.weight.data
+        return x @ (w / w.norm(dim=1, keepdim=True))
+
+
+def test_a_program_export_gives_with_a_fake_tensor_inside_is_refused_not_run() -> None:
+    with pytest.raises(ExportRefused, match="fake tensor"):
+        capture(ReadsWeightData().eval(), (torch.randn(2, 4),))
