@@ -205,14 +205,13 @@ def resolve_systems(spec: str, device: str) -> tuple[list[str], dict[str, str]]:
                 wanted.append(name)
                 continue
             if name.startswith(EXPORT):  # torchmux-export:<backend> or torchmux-export:auto
-                backend = name.removeprefix(EXPORT)
-                if backend != "auto" and backend not in runnable:
+                target = name.removeprefix(EXPORT)
+                if target != "auto" and target not in runnable:
                     raise BenchArgumentError(
-                        f"--systems: {item!r}: {backend!r} is no backend; choose from auto, "
-                        + ", ".join(registry.names)
+                        f"--systems: {item!r}: {target!r} is no backend; choose from auto, " + ", ".join(registry.names)
                     )
-                if backend != "auto" and runnable[backend]:
-                    skipped[name] = runnable[backend]
+                if target != "auto" and runnable[target]:
+                    skipped[name] = runnable[target]
                 else:
                     wanted.append(name)
                 continue

@@ -97,7 +97,8 @@ def write_package(path: str | Path, members: Mapping[str, bytes], *, native: set
     from .version import __version__
 
     key_name, key = signing_key() if native else ("", b"")
-    table = {name: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()} for name, data in members.items()}
+    digests = {name: hashlib.sha256(data).hexdigest() for name, data in members.items()}
+    table = {name: {"size": len(data), "sha256": digests[name]} for name, data in members.items()}
     manifest = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -106,7 +107,7 @@ def write_package(path: str | Path, members: Mapping[str, bytes], *, native: set
         "python": platform.python_version(),
         **info,
         "members": table,
-        "signatures": {n: _signature(key, n, table[n]["sha256"]) for n in sorted(native)},
+        "signatures": {n: _signature(key, n, digests[n]) for n in sorted(native)},
         "key": key_name,
     }
     buf = io.BytesIO()

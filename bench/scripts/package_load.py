@@ -128,7 +128,7 @@ def main() -> int:
     for _ in range(a.repeats):  # interleaved: the machine's noise falls on every system alike
         for system, path in paths.items():
             times[system].append(child(system, path, folder, a.threads, a.model))
-    rows = {
+    rows: dict[str, dict[str, float | None]] = {
         s: {"import_s": statistics.median(i for i, _ in t), "load_first_call_s": statistics.median(v for _, v in t)}
         for s, t in times.items()
     }
@@ -136,14 +136,12 @@ def main() -> int:
     print(f"{a.model}, batch {a.batch_size}, {a.threads} thread(s), median of {a.repeats} fresh processes")
     print(f"{'system':<30}{'import s':>10}{'load+call s':>13}{'vs direct':>11}{'size MB':>10}")
     for s, r in rows.items():
-        ratio = r["load_first_call_s"] / rows[base[s]]["load_first_call_s"] if s in base and base[s] in rows else None
+        load, imp = float(r["load_first_call_s"] or 0.0), float(r["import_s"] or 0.0)
+        ratio = load / float(rows[base[s]]["load_first_call_s"] or 1.0) if s in base and base[s] in rows else None
         size = paths[s].stat().st_size / 1e6
         r["size_mb"] = size
         r["vs_direct"] = ratio
-        print(
-            f"{s:<30}{r['import_s']:>10.3f}{r['load_first_call_s']:>13.3f}"
-            f"{(f'{ratio:.2f}x' if ratio else '-'):>11}{size:>10.2f}"
-        )
+        print(f"{s:<30}{imp:>10.3f}{load:>13.3f}{(f'{ratio:.2f}x' if ratio else '-'):>11}{size:>10.2f}")
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
     return 0
