@@ -507,17 +507,19 @@ def test_a_hang_on_a_symbolic_graph_costs_the_deadline_once():
 
 
 # ------------------------------------------------------------------------------- isolation of every backend
-def test_a_named_backend_that_segfaults_is_isolated_too():
+def test_a_named_backend_that_segfaults_is_isolated_too(tmp_path, monkeypatch):
     """Not only auto's candidates: ``backend="<name>"`` is tried in the child first as well."""
+    monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path))  # no verdict on f from an earlier test stands in
     outs, warned = run_calls("fault_segfault", [x_(0), x_(1)], isolate="all")
     assert_eager(outs, [x_(0), x_(1)])
     assert len(warned) == 1 and "crashed with signal 11" in str(warned[0].message)
     assert warned[0].filename == __file__
 
 
-def test_the_trial_child_lives_on_and_is_replaced_after_a_crash():
+def test_the_trial_child_lives_on_and_is_replaced_after_a_crash(tmp_path, monkeypatch):
     """One child runs trial after trial (torch is imported once); a trial that kills it costs one new start.
-    Each call has a shape no other test used: a verdict is remembered per graph, signature and backend."""
+    A cache of its own: a verdict is remembered per graph structure and backend, and earlier tests left some."""
+    monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path))
     run_calls(["fault_wrong_nan"], [torch.randn(6, 7)], isolate="all")  # the child is up after it
     starts, trials = isolate._SERVER.starts, isolate._SERVER.trials
     torch._dynamo.reset()
