@@ -90,7 +90,15 @@ def export(
     only: a model in training mode is refused (use ``torchmux.compile`` to train).
     """
     config = resolve(backend, mode, options)
-    captured = capture(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=strict, mend=bool(config.get("mend")))
+    captured = capture(
+        model,
+        args,
+        kwargs,
+        dynamic_shapes=dynamic_shapes,
+        strict=strict,
+        mend=bool(config.get("mend")),
+        breaks=lambda: _breaks(model, args, dict(kwargs or {})),
+    )
     weights = iter(captured.weights)
     frozen = freeze(captured.ir, [next(weights) if k != "input" else None for k in captured.ir.input_kinds])
     flat = _flat_inputs(captured.program, args, kwargs or {})
@@ -141,6 +149,24 @@ def export(
     plan = _plan(captured, frozen, flat, results, chosen, by_name, saved, device, config.options_for)
     fn = chosen.placement.fn if chosen.placement is not None else _eager(captured.program)
     return ExportedModel(captured, plan, saved, fn)
+
+
+def _breaks(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
+    """One line per break ``torchmux.explain`` finds, with the user's file:line: the breaks left after
+    the mend pass, or where it leaves none (export refused what Dynamo's graphs take), those without it."""
+    from .explain import explain
+
+    lines: list[str] = []
+    try:
+        for mend in (True, False):
+            report = explain(model, *args, mend=mend, **kwargs)
+            found = list(report.break_reasons) + list(report.not_captured)
+            lines = [f"  break: {b}" for b in found]
+            if lines:
+                return lines if mend else lines + ["  (the mend pass removes these breaks for Dynamo; not for export)"]
+    except Exception as e:  # explain itself failed: the reasons above are still the answer
+        return [f"  (torchmux.explain could not list the breaks: {type(e).__name__}: {str(e)[:200]})"]
+    return ["  (torchmux.explain finds no graph break: Dynamo captures the program in one graph, export refuses it)"]
 
 
 def _deadline(config: Any) -> float:

@@ -37,7 +37,7 @@ torch-level exporter of their own build their native artifact from (``CompileReq
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,8 +75,11 @@ def capture(
     dynamic_shapes: Any = None,
     strict: bool = False,
     mend: bool = True,
+    breaks: Callable[[], list[str]] | None = None,
 ) -> Captured:
-    """Export ``model`` whole and normalize it (the module docstring's steps 1-3)."""
+    """Export ``model`` whole and normalize it (the module docstring's steps 1-3). ``breaks``: what a
+    refusal lists as the program's graph breaks, one line each (the API layer passes ``torchmux.explain``'s;
+    this layer knows nothing above the IR)."""
     if not isinstance(model, torch.nn.Module):
         raise BadArgumentError(
             f"torchmux.export needs an nn.Module (as torch.export.export does), got {type(model).__name__}; "
@@ -99,14 +102,14 @@ def capture(
         if not isinstance(program, BaseException):
             return _captured(program, mode, False)
         if _is_argument_error(program):
-            raise ExportRefused(_refusal(model, args, kwargs, [(_mode_name(mode), program)])) from program
+            raise ExportRefused(_refusal([(_mode_name(mode), program)], breaks)) from program
         refusals.append((_mode_name(mode), program))
     if mend:
         mended = _export_mended(model, args, kwargs, dynamic_shapes, modes)
         if not isinstance(mended, list):
             return _captured(*mended, True)
         refusals += mended
-    raise ExportRefused(_refusal(model, args, kwargs, refusals)) from refusals[0][1]
+    raise ExportRefused(_refusal(refusals, breaks)) from refusals[0][1]
 
 
 def _captured(program: torch.export.ExportedProgram, strict: bool, mended: bool) -> Captured:
@@ -188,16 +191,11 @@ def _export_mended(
         return [("mend", e)]
 
 
-def _refusal(
-    model: torch.nn.Module,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    refusals: list[tuple[str, BaseException]],
-) -> str:
-    """Why each way of exporting refused, and every break ``torchmux.explain`` finds with the user's file:line."""
+def _refusal(refusals: list[tuple[str, BaseException]], breaks: Callable[[], list[str]] | None) -> str:
+    """Why each way of exporting refused, and the program's breaks as ``breaks`` lists them."""
     lines = [f"torch.export refused the program: {_reason(refusals[0][1], 400)}"]
     lines += [f"  {how}: {_reason(e, 300)}" for how, e in refusals]
-    lines += _breaks(model, args, kwargs)
+    lines += breaks() if breaks is not None else []
     lines.append(
         "A package holds the whole program in one graph: remove each break (torch.cond for a branch on a "
         "tensor, torch._check for a size read with .item()), or use torchmux.compile, which runs Python "
@@ -210,24 +208,6 @@ def _reason(e: BaseException, limit: int) -> str:
     """The exception's type and first non-empty line."""
     first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
     return f"{type(e).__name__}: {first}"[:limit]
-
-
-def _breaks(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
-    """One line per break ``torchmux.explain`` finds, with the user's file:line: the breaks left after
-    the mend pass, or where it leaves none (export refused what Dynamo's graphs take), those without it."""
-    from ..api.explain import explain
-
-    lines: list[str] = []
-    try:
-        for mend in (True, False):
-            report = explain(model, *args, mend=mend, **kwargs)
-            found = list(report.break_reasons) + list(report.not_captured)
-            lines = [f"  break: {b}" for b in found]
-            if lines:
-                return lines if mend else lines + ["  (the mend pass removes these breaks for Dynamo; not for export)"]
-    except Exception as e:  # explain itself failed: the reasons above are still the answer
-        return [f"  (torchmux.explain could not list the breaks: {_reason(e, 200)})"]
-    return ["  (torchmux.explain finds no graph break: Dynamo captures the program in one graph, export refuses it)"]
 
 
 def normalize(program: torch.export.ExportedProgram) -> tuple[GraphIR, list[torch.Tensor]]:
