@@ -46,6 +46,10 @@ CATEGORIES: list[tuple[str, str]] = [
     ("timeout", r"^timeout"),
     ("writes state (buffer/input mutation in forward)", r"writes state|mutat"),
     (
+        "a fake tensor left in the program (.data / Variable(x.data) / new().resize_ in the forward)",
+        r"fake tensor in the exported program|is a fake tensor",
+    ),
+    (
         "data-dependent branch (if/while on a tensor value)",
         r"Could not guard on data-dependent|Data-dependent branching",
     ),
