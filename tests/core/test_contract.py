@@ -72,7 +72,9 @@ def test_a_backend_for_a_newer_contract_is_refused_naming_the_plugin():
 
     registry = Registry(autoload=False)
     newer = torchmux.extend.CONTRACT_VERSION + 1
-    with pytest.warns(UserWarning, match=f"'future_plugin'.*written for torchmux backend contract {newer}.*upgrade torchmux"):
+    with pytest.warns(
+        UserWarning, match=f"'future_plugin'.*written for torchmux backend contract {newer}.*upgrade torchmux"
+    ):
         registry.register(FromTheFuture(), "future_plugin")
     assert "future" not in registry.names
     assert any(r.plugin == "future_plugin" and not r.available for r in registry.info())
