@@ -82,7 +82,7 @@ class AliasesInput(_Fault):
     def fault(self, out, args, call):
         if args[0].numel() < out[0].numel():
             return out
-        return [args[0].view(-1)[: out[0].numel()].copy_(out[0].reshape(-1)).view(out[0].shape)]
+        return [args[0].view(-1)[: out[0].numel()].copy_(out[0].reshape(-1)).view(out[0].shape), *out[1:]]
 
 
 class ReusesBuffer(_Fault):

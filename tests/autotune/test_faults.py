@@ -646,6 +646,7 @@ FAULT_ROWS = [
     ("fault_aliases_input", "changed its input"),  # it writes its answer into the input's memory
     ("fault_hang_compile", "timed out after 3 s"),
     ("fault_hang_call", "timed out after 3 s"),
+    ("fault_raises_5th", "raised RuntimeError"),  # not in the issue's table: a later call that raises
 ]
 
 
@@ -719,18 +720,20 @@ def test_a_symbolic_graph_from_the_first_call_is_tried_checked_and_guarded(name,
     assert len(warned) == 1 and name in messages[0] and reason in messages[0], messages
 
 
-GRAD_ROWS = [r for r in FAULT_ROWS if r[0] in ("fault_abort", "fault_wrong_late", "fault_reuses_buffer")]
+GRAD_ROWS = FAULT_ROWS
 
 
 @pytest.mark.parametrize("name, reason", GRAD_ROWS, ids=[r[0] for r in GRAD_ROWS])
 @pytest.mark.parametrize("mode", ["named", "list"])
 def test_a_second_shape_with_gradients(name, reason, mode, tmp_path, monkeypatch):
     """With gradients on, forward and backward at each shape: eager's outputs and gradients; at most one
-    warning per graph (the forward graph and the backward graph are two graphs of the backend's)."""
+    warning per graph (the forward graph and the backward graph are two graphs of the backend's). A
+    training forward graph also returns its input (saved for backward): a backend writing into the
+    input is then caught by the answer's check, as a wrong answer."""
     monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path))
     warned, _ = two_shapes(name if mode == "named" else [name, "eager"], grad=True)
     messages = [str(w.message) for w in warned]
-    assert len(warned) <= 2 and all(name in m and reason in m for m in messages), messages
+    assert len(warned) <= 2 and all(name in m and (reason in m or "wrong answer" in m) for m in messages), messages
     assert warned or mode == "list"
 
 
