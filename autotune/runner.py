@@ -257,6 +257,7 @@ class GraphRunner:
                     ok=m.ok,
                     reason=m.reason,
                     chosen=m is best,
+                    eager_ops=m.placement.eager_summary if m.ok and m.placement is not None else "",
                 )
             failed = [m for m in failed if not m.quiet]  # warned about on this graph at another size
             if failed and (not config.auto or settings.VERBOSE.get()):

@@ -360,6 +360,7 @@ class SymbolicChooser:
                 ok=m.ok,
                 reason=m.reason,
                 chosen=m is best,
+                eager_ops=m.placement.eager_summary if m.ok and m.placement is not None else "",
             )
         if best is None:  # nothing ran it right: the graph's own ops, eagerly (the runner warns)
             return None, own, None

@@ -190,8 +190,8 @@ def resolve_systems(spec: str, device: str) -> tuple[list[str], dict[str, str]]:
     if spec.strip() in ("", "default", "all"):
         outside = [INDUCTOR_FREEZING] + ([ONNX_EXPORT] if device == "cpu" and runnable.get("onnxruntime") == "" else [])
         outside.append(AOTI)
-        wanted = [EAGER, INDUCTOR] + outside + [f"torchmux:{n}" for n in registry.names if n in by_default] + [AUTO]
-        wanted.append(EXPORT_AUTO)
+        own = [f"torchmux:{n}" for n in registry.names if n in by_default]
+        wanted = [EAGER, INDUCTOR] + outside + own + [EXPORT_AUTO, AUTO]
         for n, why in runnable.items():
             if n != "eager" and n not in by_default:
                 skipped[f"torchmux:{n}"] = (

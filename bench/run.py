@@ -298,6 +298,7 @@ class _AutoChoices:
     def __init__(self) -> None:
         self.active = True
         self.graphs: dict[str, str] = {}  # graph -> the candidate the tuner chose (not always the fastest)
+        self.eager: dict[str, str] = {}  # graph -> the chosen candidate's ops left to eager
 
     @classmethod
     def install(cls) -> _AutoChoices:
@@ -308,12 +309,18 @@ class _AutoChoices:
         return recorder
 
     @hookimpl
-    def torchmux_candidate_measured(self, ir: Any, backend: str, chosen: bool) -> None:
+    def torchmux_candidate_measured(self, ir: Any, backend: str, chosen: bool, eager_ops: str) -> None:
         if self.active and (chosen or ir.name not in self.graphs):
             self.graphs[ir.name] = backend if chosen else "eager"  # eager: nothing ran it right
+        if self.active and chosen and eager_ops:
+            self.eager[ir.name] = f"{backend}: {eager_ops}"
 
     def chosen(self) -> dict[str, str]:
         return dict(self.graphs)
+
+    def eager_notes(self) -> list[str]:
+        """One line per graph whose chosen backend left some of its ops to eager (a bench footnote)."""
+        return [f"graph {g}: {what} (ran on eager between the backend's regions)" for g, what in self.eager.items()]
 
 
 def _compare(out: Any, ref: list[torch.Tensor]) -> tuple[bool, float, str | None]:
@@ -354,9 +361,10 @@ def _prepared(
     """Compile ``system``, check its output against eager's ``ref``, size its samples; emits ``compile``
     then ``compiled`` or ``failed``. (callable, calls per sample), or None when it failed."""
     emit(event="compile", system=system)
-    recorder.active, recorder.graphs = system in AUTOS, {}
+    recorder.active, recorder.graphs, recorder.eager = system.startswith("torchmux:"), {}, {}
     try:
         fn, out, seconds, notes = first_call(system, m, args, device, threads)
+        notes = notes + recorder.eager_notes()
         ok, diff, wrong = _compare(out, ref)
         fn(*args)  # warm-up
         once = math.inf
@@ -426,7 +434,7 @@ def latency_child(
     emit = _events(events)
     _setup(device, threads)
     m, args = _load(model, batch, device)
-    recorder = _AutoChoices.install() if set(AUTOS) & set(systems) else _AutoChoices()
+    recorder = _AutoChoices.install() if any(s.startswith("torchmux:") for s in systems) else _AutoChoices()
     live: list[tuple[str, Callable[..., Any], int]] = []
     with torch.no_grad():
         ref = _reference(m, args)
@@ -468,7 +476,7 @@ def served_child(
     answer = os.fdopen(replies, "w", buffering=1)
     _setup(device, threads)
     m, args = _load(model, batch, device)
-    recorder = _AutoChoices.install() if system in AUTOS else _AutoChoices()
+    recorder = _AutoChoices.install() if system.startswith("torchmux:") else _AutoChoices()
     with torch.no_grad():
         ready = _prepared(system, m, args, _reference(m, args), device, threads, recorder, emit)
         if ready is None or not _warmed(system, ready[0], args, emit):

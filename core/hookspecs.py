@@ -55,14 +55,18 @@ def torchmux_graph_captured(ir: GraphIR) -> None:
 
 
 @hookspec
-def torchmux_candidate_measured(ir: GraphIR, backend: str, seconds: float, ok: bool, reason: str, chosen: bool) -> None:
+def torchmux_candidate_measured(
+    ir: GraphIR, backend: str, seconds: float, ok: bool, reason: str, chosen: bool, eager_ops: str
+) -> None:
     """Called once per candidate the autotuner measured for ``ir``, after it chose.
 
     ``seconds`` is the median latency (``inf`` when the candidate failed); ``ok`` says whether its
     outputs matched the reference interpreter; ``reason`` says why not (compile error, crash, wrong
     answer with the largest difference); ``chosen`` whether this is the candidate that runs ``ir``
     (the fastest is not always it: medians within 3% are a tie, decided by other rules, see
-    ``autotune/tuner.py`` ``choose``). An implementation may leave out ``chosen`` (or any argument).
+    ``autotune/tuner.py`` ``choose``); ``eager_ops`` which of ``ir``'s ops this candidate leaves to eager
+    between its regions ("3 ops eager (aten.sort.default x2, ...)"; "" when none, or when it failed).
+    An implementation may leave out ``chosen`` (or any argument).
     Exceptions are reported as warnings and ignored.
     """
 

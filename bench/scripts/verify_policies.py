@@ -63,10 +63,10 @@ class TurnsWrong(torchmux.Backend):
 model, args = zoo.build("mlp", batch=8)
 model.eval()
 for k in (3, 5, 20, 100, 1000):
-    backend = TurnsWrong(f"turns_wrong_{k}", k)
-    torchmux.register_plugin(backend)
+    turns_wrong = TurnsWrong(f"turns_wrong_{k}", k)
+    torchmux.register_plugin(turns_wrong)
     torch._dynamo.reset()
-    fn = torchmux.compile(model, backend=backend.name, options={"isolate": "off", "verify": "sparse"})
+    fn = torchmux.compile(model, backend=turns_wrong.name, options={"isolate": "off", "verify": "sparse"})
     wrong, caught = 0, None
     with torch.no_grad(), warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")

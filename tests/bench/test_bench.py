@@ -361,6 +361,30 @@ def test_outside_systems_are_in_the_default_set_and_the_export_system_runs() -> 
         torch.testing.assert_close(make_compiled("onnxruntime-export", model, 1)(x), model(x))
 
 
+def test_a_package_system_and_a_footnote_for_ops_left_on_eager() -> None:
+    """torchmux-export:<backend> is a package saved and loaded back; a torchmux system whose backend left
+    ops to eager gets a footnote naming them (the example plugin claims relu, not addmm)."""
+    import torch
+
+    import torchmux
+    from torchmux.bench.run import _AutoChoices, make_compiled
+
+    model, x = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval(), torch.randn(2, 8)
+    with torch.no_grad():
+        package = make_compiled("torchmux-export:eager", model, 1)
+        torch.testing.assert_close(package(x), model(x))
+        assert package.loaded.backend == "eager"  # loaded with torchmux.load, no Dynamo in the call
+        if "example" not in get_registry().names:
+            pytest.skip("the example plugin is not installed")
+        recorder = _AutoChoices.install()
+        try:
+            torchmux.compile(model, backend="example")(x)
+        finally:
+            recorder.active = False
+    (note,) = recorder.eager_notes()
+    assert "example: " in note and "aten.addmm.default" in note and "ops eager" in note
+
+
 def test_varying_shapes_workload_reports_total_time_and_compiles(tmp_path: Path) -> None:
     """``--workload varying-shapes`` on three sizes: every call answered, compiles counted per backend."""
     import contextlib
