@@ -147,7 +147,7 @@ def _cache_dir(ir: GraphIR, providers: list[tuple[str, dict[str, Any]]], program
 # What sessions do share: one CPU arena for the process (``_env_arena``), and one session per model
 # file and settings (``_shared_session``): a graph compiled twice (a named backend and auto in one
 # process, a graph captured again) runs on one session, one pool, one copy of the packed weights.
-def _session_options(level: ort.GraphOptimizationLevel, options: Any) -> ort.SessionOptions:
+def _session_options(level: ort.GraphOptimizationLevel, options: Any, shared_arena: bool = True) -> ort.SessionOptions:
     so = ort.SessionOptions()
     so.log_severity_level = 3  # errors only: shape-merge notes on empty tensors are not the user's business
     so.graph_optimization_level = level
@@ -156,7 +156,7 @@ def _session_options(level: ort.GraphOptimizationLevel, options: Any) -> ort.Ses
     so.intra_op_num_threads = int(options.get("intra_op_num_threads") or torch.get_num_threads())
     so.add_session_config_entry(SPINNING, "1" if options.get("allow_spinning") else "0")
     so.add_session_config_entry(SPINNING_STOP, "1")  # a finished run leaves no thread spinning
-    if _env_arena():
+    if shared_arena and _env_arena():
         so.add_session_config_entry(ENV_ALLOCATORS, "1")
     return so
 
@@ -630,7 +630,12 @@ def load_graph(request: extend.LoadRequest) -> PackagedSession:
             "a packaged ONNX model runs on the CPU provider here; CUDA tensors need onnxruntime-gpu's IOBinding path"
         )
     data = request.saved.files["model.onnx"]
+    # a package's session is the only one of its model in the process: its own arena, as a user of ONNX
+    # Runtime gets (the process-wide one compile() shares across its sessions measured ~10% slower here on
+    # tiny BERT's many small allocations)
     so = _session_options(
-        ort.GraphOptimizationLevel.ORT_ENABLE_ALL, {**request.options, "intra_op_num_threads": request.threads}
+        ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        {**request.options, "intra_op_num_threads": request.threads},
+        shared_arena=False,
     )
     return PackagedSession(ort.InferenceSession(data, sess_options=so, providers=[CPU]))
