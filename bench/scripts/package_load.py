@@ -49,6 +49,7 @@ import time, sys
 t0 = time.perf_counter()
 import torch
 from torch._inductor import aoti_load_package
+{extra_import}
 t1 = time.perf_counter()
 torch.set_num_threads({threads})
 x = [torch.load(p, weights_only=True) for p in sys.argv[2:]]
