@@ -29,6 +29,7 @@ import hashlib
 import hmac
 import io
 import json
+import os
 import platform
 import zipfile
 from collections.abc import Mapping
@@ -117,6 +118,9 @@ def write_package(path: str | Path, members: Mapping[str, bytes], *, native: set
             z.writestr(name, data)
     out = Path(path)
     atomic_write(out, buf.getvalue())
+    umask = os.umask(0)  # a package is a file to ship: the mode a plain open() would give, not mkstemp's 0600
+    os.umask(umask)
+    os.chmod(out, 0o666 & ~umask)
     return out
 
 
