@@ -57,6 +57,7 @@ from .core.backend import (
 )
 from .core.hookspecs import hookimpl
 from .core.ir import GraphIR, TensorSpec, op_name, spec_of
+from .core.package import program_runner
 from .core.remote_cache import fetch_artifact, publish_artifact
 from .core.symbolic import export_program, size_outputs, tensor_inputs
 
@@ -87,6 +88,7 @@ __all__ = [
     "node_float_dtypes",
     "op_name",
     "package_version",
+    "program_runner",
     "publish_artifact",
     "sign",
     "size_outputs",

@@ -147,7 +147,7 @@ def export(
         if artifact is not None:
             saved[chosen.backend] = artifact
     plan = _plan(captured, frozen, flat, results, chosen, by_name, saved, device, config.options_for)
-    fn = chosen.placement.fn if chosen.placement is not None else _eager(captured.program)
+    fn = chosen.placement.fn if chosen.placement is not None else pkg.program_runner(captured.program)
     return ExportedModel(captured, plan, saved, fn)
 
 
@@ -330,17 +330,6 @@ def _jsonable(value: Any) -> Any:
         return value
     except (TypeError, ValueError):
         return repr(value)
-
-
-def _eager(program: torch.export.ExportedProgram) -> Callable[..., list[torch.Tensor]]:
-    module = program.module()
-    in_spec = program.call_spec.in_spec
-
-    def run(*args: torch.Tensor) -> list[torch.Tensor]:
-        a, kw = pytree.tree_unflatten(list(args), in_spec)
-        return pytree.tree_leaves(module(*a, **kw))
-
-    return run
 
 
 def _spec(text: str) -> pytree.TreeSpec:
@@ -565,7 +554,7 @@ class LoadedModel(_Call):
                 elif name != "eager":
                     continue  # a candidate with nothing stored: the next stored one, then eager, comes first
                 if name == "eager":
-                    return name, _eager(self.program())
+                    return name, pkg.program_runner(self.program())
                 return name, self._rebuild(b)
             except Exception as e:
                 self.notes.append(f"{name} failed to load: {type(e).__name__}: {str(e)[:200]}")
@@ -667,7 +656,7 @@ class LoadedModel(_Call):
             )
         registry = get_registry()
         if self.backend == "eager":
-            fn: Callable[..., Any] = _eager(fresh)
+            fn: Callable[..., Any] = pkg.program_runner(fresh)
         else:
             try:
                 fn = self._rebuild(registry.get(self.backend), fresh)
@@ -678,7 +667,7 @@ class LoadedModel(_Call):
                     TorchmuxFallbackWarning,
                     stacklevel=2,
                 )
-                self.backend, fn = "eager", _eager(fresh)
+                self.backend, fn = "eager", pkg.program_runner(fresh)
         self._program, self._fn = fresh, fn
 
 

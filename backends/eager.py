@@ -38,19 +38,8 @@ class EagerBackend(extend.Backend):
         return extend.SavedGraph({}, {"artifact": "program.pt2"}) if request.program is not None else None
 
     def load(self, request: extend.LoadRequest) -> extend.CompiledGraph:
-        """The stored ``ExportedProgram``'s module, called with the flat inputs (unflattened by its
-        input spec), returning flat outputs."""
-        import torch.utils._pytree as pytree
-
-        program = request.program()
-        module = program.module()
-        in_spec = program.call_spec.in_spec
-
-        def run(*args: torch.Tensor) -> list[torch.Tensor]:
-            a, kw = pytree.tree_unflatten(list(args), in_spec)
-            return pytree.tree_leaves(module(*a, **kw))
-
-        return run
+        """The stored ``ExportedProgram``'s module, called with the flat inputs, returning flat outputs."""
+        return extend.program_runner(request.program())
 
 
 @extend.hookimpl

@@ -41,7 +41,16 @@ import torch
 from . import settings
 from .errors import TorchmuxError
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "PackageError", "PackageReader", "machine_kind", "signing_key", "write_package"]
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "PackageError",
+    "PackageReader",
+    "machine_kind",
+    "program_runner",
+    "signing_key",
+    "write_package",
+]
 
 FORMAT = "torchmux-package"
 #: 1: manifest.json, program.pt2, plan.json, artifacts/<backend>/...
@@ -51,6 +60,21 @@ MANIFEST, PROGRAM, PLAN = "manifest.json", "program.pt2", "plan.json"
 
 class PackageError(TorchmuxError, ValueError):
     """A file that is not a torchmux package, or one that was damaged or altered; the message says which."""
+
+
+def program_runner(program: Any) -> Any:
+    """An ``ExportedProgram`` as a package runs it eagerly: called with the program's flat inputs
+    (unflattened by its input spec), returning the flat outputs (eager's artifact, and every fallback)."""
+    import torch.utils._pytree as pytree
+
+    module = program.module()
+    in_spec = program.call_spec.in_spec
+
+    def run(*args: torch.Tensor) -> list[torch.Tensor]:
+        a, kw = pytree.tree_unflatten(list(args), in_spec)
+        return pytree.tree_leaves(module(*a, **kw))
+
+    return run
 
 
 def signing_key() -> tuple[str, bytes]:
