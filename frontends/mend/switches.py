@@ -20,6 +20,13 @@ Dynamo wrapper keeps its callback in a closure) gets them around each call (:fun
 
 Either way a trace that ``torch.cond`` refused (a rewritten if/else) is tried once more
 (:func:`cond_refused`: in :func:`scoped`, or in the API's entry for a module).
+
+**Deferred effects in inlined frames.** Dynamo keeps a reorderable logging call on the translator of
+the frame that made it, and emits only the root frame's after the graph: a print deferred in a
+submodule's ``forward`` or a helper (frames Dynamo inlines) was dropped, never replayed (torch 2.13).
+:func:`_replay_from_inlined_frames` hands ``runtime.deferred``'s calls to the root frame's translator,
+the function reached there through a global Dynamo installs, so they are replayed after the graph in
+the order they were made. Other reorderable functions are left as Dynamo handles them.
 """
 
 from __future__ import annotations
@@ -72,6 +79,35 @@ class switches:
         cfg = torch._dynamo.config
         for name, value in reversed(self._saved):
             setattr(cfg, name, value)
+
+
+def _replay_from_inlined_frames() -> bool:
+    """Patch Dynamo's reorderable-call handler once (see the module docstring); False where this torch
+    lays it out otherwise (then a deferred effect in an inlined frame is lost, as before)."""
+    try:
+        from torch._dynamo.source import GlobalSource
+        from torch._dynamo.variables.misc import DebuggingVariable
+    except ImportError:
+        return False
+    original = DebuggingVariable.call_function
+    if getattr(original, "_torchmux_root", False):
+        return True
+
+    def call_function(self: Any, tx: Any, args: Any, kwargs: Any) -> Any:
+        root = tx
+        while getattr(root, "parent", None) is not None:
+            root = root.parent
+        if root is tx or self.value is not rt.deferred or getattr(tx, "export", False):
+            return original(self, tx, args, kwargs)
+        name = tx.output.install_global_by_id("_torchmux_deferred", self.value)
+        return original(DebuggingVariable(self.value, source=GlobalSource(name)), root, args, kwargs)
+
+    call_function._torchmux_root = True  # type: ignore[attr-defined]
+    DebuggingVariable.call_function = call_function  # type: ignore[method-assign]
+    return True
+
+
+_replay_from_inlined_frames()
 
 
 def tracing() -> switches:

@@ -110,6 +110,47 @@ def test_print_text_and_order_with_code_between() -> None:
     assert sum("print(...) deferred" in r for r in report.rewrites) == 3
 
 
+class _PrintingBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.lin(x)
+        print("block", h.shape, h.sum() > -1e9)
+        return h
+
+
+class _PrintingStack(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([_PrintingBlock() for _ in range(3)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def test_print_in_an_inlined_submodule_is_replayed() -> None:
+    """Dynamo inlines a submodule's forward; a print deferred there is replayed after the graph (Dynamo
+    itself keeps only the root frame's reorderable calls: these three lines were lost)."""
+    model, x = _PrintingStack().eval(), torch.randn(2, 4)
+    eager = io.StringIO()
+    with redirect_stdout(eager):
+        want = model(x)
+    assert eager.getvalue().count("block") == 3
+    fast = compiled(model)
+    for _ in range(2):  # the capturing call and a cached one
+        out = io.StringIO()
+        with redirect_stdout(out):
+            got = fast(x)
+        assert out.getvalue() == eager.getvalue()
+        assert torch.allclose(got, want)
+    report = explain(model, x)
+    assert (report.graph_count, report.graph_break_count) == (1, 0)
+
+
 def test_log_record_keeps_users_file_line_and_function(caplog: pytest.LogCaptureFixture) -> None:
     model, x = LoggingInfo(), torch.randn(2, 16)
     with caplog.at_level(logging.INFO, logger="torchmux.corpus"):
