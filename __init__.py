@@ -24,7 +24,8 @@ from .core.version import __version__
 if TYPE_CHECKING:
     from .api.compile import compile
     from .api.explain import ExplainReport, explain
-    from .api.export import ExportedModel, LoadedModel, PackageInputError, export, load
+    from .api.export import ExportedModel, export
+    from .api.load import LoadedModel, PackageInputError, load
 
 # compile() and explain() bring TorchDynamo (seconds to import); a process that only loads a package
 # (torchmux.load) never needs it: the API is imported on first use
@@ -33,10 +34,10 @@ _LAZY = {
     "explain": ".api.explain",
     "ExplainReport": ".api.explain",
     "export": ".api.export",
-    "load": ".api.export",
+    "load": ".api.load",
     "ExportedModel": ".api.export",
-    "LoadedModel": ".api.export",
-    "PackageInputError": ".api.export",
+    "LoadedModel": ".api.load",
+    "PackageInputError": ".api.load",
 }
 
 

@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "package":
         from ..core.package import PackageError
-        from .export import inspect_package
+        from .load import inspect_package
 
         try:
             print(inspect_package(args.file))

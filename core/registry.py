@@ -25,7 +25,15 @@ from .errors import BackendUnavailableError, PluginError, UnknownBackendError
 ENTRY_POINT_GROUP = "torchmux.backends"
 SELF_DIST = "torchmux"
 
-__all__ = ["BackendInfo", "PluginProblem", "Registry", "get_registry", "list_backends", "register_plugin"]
+__all__ = [
+    "BackendInfo",
+    "PluginProblem",
+    "Registry",
+    "find_backend",
+    "get_registry",
+    "list_backends",
+    "register_plugin",
+]
 
 
 @dataclass(frozen=True)
@@ -72,9 +80,29 @@ class Registry:
         self._collect()
 
     # ------------------------------------------------------------------ loading
-    def _load_entry_points(self) -> None:
+    @classmethod
+    def of_plugin(cls, plugin: str, package: str | None = None) -> Registry:
+        """A registry of the one plugin named ``plugin`` (its entry point, read from the distribution
+        ``package`` alone when given, or its ``TORCHMUX_PLUGINS`` module): what :func:`find_backend`
+        builds to open one backend without importing every plugin or reading every distribution."""
+        registry = cls(autoload=False)
+        registry._load_entry_points(only=plugin, package=package)
+        if not registry.pm.has_plugin(plugin) and plugin in settings.PLUGINS.get():
+            registry._register_module(plugin, name=plugin, package=_distribution_of(plugin))
+        registry._collect()
+        return registry
+
+    def _load_entry_points(self, only: str | None = None, package: str | None = None) -> None:
         third_party = not settings.DISABLE_PLUGIN_AUTOLOAD.get()
-        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        found: Any = ()
+        if package is not None:
+            try:
+                found = importlib.metadata.distribution(package).entry_points.select(group=ENTRY_POINT_GROUP)
+            except importlib.metadata.PackageNotFoundError:
+                pass
+        if not found:
+            found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+        for ep in found if only is None else found.select(name=only):
             package = ep.dist.name if ep.dist is not None else "?"
             if package != SELF_DIST and not third_party:
                 self.skipped.append(f"{ep.name} ({package})")
@@ -282,6 +310,20 @@ def get_registry(reload: bool = False) -> Registry:
         if _REGISTRY is None or reload:
             _REGISTRY = Registry()
         return _REGISTRY
+
+
+def find_backend(name: str, plugin: str | None = None, package: str | None = None) -> Backend | None:
+    """Backend ``name`` for a caller that knows which plugin provides it and from which distribution (a
+    package records both), without discovering every plugin: the process's registry where one is loaded
+    already, else a registry of that one plugin (``plugin``, else the plugin named as the backend is, as
+    the built-ins are); every plugin only when that one does not provide ``name``. None when no
+    installed plugin does."""
+    if _REGISTRY is None:
+        one = Registry.of_plugin(plugin or name, package)
+        if name in one.names:
+            return one.get(name)
+    registry = get_registry()
+    return registry.get(name) if name in registry.names else None
 
 
 def list_backends(reload: bool = False) -> list[BackendInfo]:

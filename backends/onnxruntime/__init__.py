@@ -141,7 +141,7 @@ class OnnxRuntimeBackend(extend.Backend):
     def save(self, compiled: extend.CompiledGraph, request: extend.CompileRequest) -> extend.SavedGraph | None:
         from . import session
 
-        return session.save_graph(compiled) if isinstance(compiled, session.OrtGraph) else None
+        return session.save_graph(compiled, request.program) if isinstance(compiled, session.OrtGraph) else None
 
     def load(self, request: extend.LoadRequest) -> extend.CompiledGraph:
         from . import session

@@ -51,7 +51,15 @@ from torchmux.extend import (
 )
 
 from . import CPU, CUDA, OPTIONS, TENSORRT, usable_providers
-from .export import EXPORT_FORMAT, IR_VERSION, OPSET, export_onnx, export_program_onnx, tensor_outputs
+from .export import (
+    EXPORT_FORMAT,
+    IR_VERSION,
+    OPSET,
+    export_onnx,
+    export_program_onnx,
+    tensor_outputs,
+    weights_by_reference,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -603,19 +611,25 @@ def _open(
 # Packages (torchmux.export): what a compiled program saves, and the session a package loads. The
 # loaded call is ONNX Runtime's own ``run`` on NumPy views of the inputs, as a user of ONNX Runtime
 # calls it: nothing between the package's input check and the session.
-def save_graph(graph: OrtGraph) -> extend.SavedGraph:
-    """The exported model (portable: ONNX Runtime's hardware-specific passes run again at load)."""
+def save_graph(graph: OrtGraph, program: Any = None) -> extend.SavedGraph:
+    """The exported model (portable: ONNX Runtime's hardware-specific passes run again at load), each
+    initializer that is one of ``program``'s weights stored by reference: the package holds it once."""
+    data = (graph.folder / "model.onnx").read_bytes()
+    refs: dict[str, str] = {}
+    if program is not None:
+        data, refs = weights_by_reference(data, {**program.state_dict, **program.constants})
     return extend.SavedGraph(
-        {"model.onnx": (graph.folder / "model.onnx").read_bytes()},
-        {"providers": list(graph.providers), "onnxruntime": ort.__version__},
+        {"model.onnx": data},
+        {"providers": list(graph.providers), "onnxruntime": ort.__version__, "weights": refs},
     )
 
 
 class PackagedSession:
     """A saved model's session, called with the program's flat CPU inputs; returns its flat outputs."""
 
-    def __init__(self, session: ort.InferenceSession) -> None:
+    def __init__(self, session: ort.InferenceSession, weights: Sequence[Any] = ()) -> None:
         self.session = session
+        self._weights = weights  # the arrays the session reads its referenced initializers from (no copy)
         self._run = session.run
         self._names = [i.name for i in session.get_inputs()]
 
@@ -638,4 +652,13 @@ def load_graph(request: extend.LoadRequest) -> PackagedSession:
         {**request.options, "intra_op_num_threads": request.threads},
         shared_arena=False,
     )
-    return PackagedSession(ort.InferenceSession(data, sess_options=so, providers=[CPU]))
+    refs = request.saved.meta.get("weights") or {}
+    values = []
+    if refs:
+        arrays = request.weights()
+        missing = sorted(w for w in refs.values() if w not in arrays)
+        if missing:
+            raise ValueError(f"the model refers to program weights the package lacks: {missing[:5]}")
+        values = [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(arrays[w])) for w in refs.values()]
+        so.add_external_initializers(list(refs), values)
+    return PackagedSession(ort.InferenceSession(data, sess_options=so, providers=[CPU]), values)

@@ -18,10 +18,10 @@ import torch
 import torch.nn as nn
 
 import torchmux
-from torchmux.api.export import PackageInputError
+from torchmux.api.load import PackageInputError
 from torchmux.bench import zoo
 from torchmux.core.errors import BadArgumentError
-from torchmux.core.package import PackageError, PackageReader
+from torchmux.core.package import PT2_DTYPES, PackageError, PackageReader, program_weights
 
 Dim = torch.export.Dim
 
@@ -41,6 +41,7 @@ CHILD = textwrap.dedent(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         m = torchmux.load(path)
+        plugins = sorted(n for n in sys.modules if n.startswith("torchmux.backends."))
         with torch.no_grad():
             out = m(*d["inputs"])
             for _ in range(100):
@@ -52,6 +53,8 @@ CHILD = textwrap.dedent(
         "warnings": [str(w.message) for w in caught if issubclass(w.category, torchmux.TorchmuxFallbackWarning)],
         "err": err,
         "dynamo_unchanged": before == after,
+        "plugins": plugins,
+        "tuner": "torchmux.autotune.tuner" in sys.modules,
     }}))
     """
 )
@@ -98,6 +101,8 @@ def test_mlp_onnxruntime_in_a_fresh_process_at_another_batch_size(mlp, mlp_ort) 
     assert result["backend"] == "onnxruntime" and result["warnings"] == []
     assert result["err"] < 1e-4
     assert result["dynamo_unchanged"]  # no Dynamo frame, no guard, across the load and 100 calls
+    # the one plugin that provides the stored backend is imported, not every installed one, nor the tuner
+    assert {p.split(".")[2] for p in result["plugins"]} == {"onnxruntime"} and not result["tuner"]
 
 
 def test_package_members_and_inspect(mlp_ort) -> None:
@@ -114,11 +119,42 @@ def test_package_members_and_inspect(mlp_ort) -> None:
 
     program = torch.export.load(io.BytesIO(reader.read("program.pt2")))
     assert isinstance(program, torch.export.ExportedProgram)
+    # the weights once: the ONNX model refers to the program's weights instead of holding them ...
+    import onnx
+
+    model = onnx.load_from_string(reader.read("artifacts/onnxruntime/model.onnx"))
+    refs = reader.json("artifacts/onnxruntime/meta.json")["weights"]
+    weights = {**program.state_dict, **program.constants}
+    assert refs and set(refs.values()) == set(weights)
+    held = sum(len(i.raw_data) for i in model.graph.initializer)
+    assert held < sum(t.numel() * t.element_size() for t in weights.values()) / 100
+    # ... and the package reads them back from the program's archive, equal, without deserializing it
+    arrays = program_weights(reader.read("program.pt2"))
+    assert arrays is not None and set(arrays) == set(weights)
+    assert all(torch.equal(torch.from_numpy(arrays[k].copy()), v.detach()) for k, v in weights.items())
     out = subprocess.run(
         [sys.executable, "-m", "torchmux", "package", "inspect", str(mlp_ort)], capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr
     assert "chosen: onnxruntime" in out.stdout and "s" in out.stdout and "in [1, 32]" in out.stdout
+
+
+def test_program_weights_reads_torch_exports_dtype_numbers() -> None:
+    """The package reads program.pt2's weights by torch.export's serialized dtype numbers: they must be torch's."""
+    from torch._export.serde.serialize import _TORCH_TO_SERIALIZE_DTYPE
+
+    ours = {number: name for number, name in PT2_DTYPES.items()}
+    theirs = {v.value: str(k).removeprefix("torch.") for k, v in _TORCH_TO_SERIALIZE_DTYPE.items()}
+    assert all(theirs[n] == name for n, name in ours.items())
+    m = nn.Sequential(nn.Linear(6, 5), nn.BatchNorm1d(5)).eval()  # float weights, an int64 buffer
+    program = torch.export.export(m, (torch.randn(3, 6),))
+    import io
+
+    buf = io.BytesIO()
+    torch.export.save(program, buf)
+    arrays = program_weights(buf.getvalue())
+    assert arrays is not None and arrays["1.num_batches_tracked"].dtype.name == "int64"
+    assert all(torch.equal(torch.from_numpy(arrays[k].copy()), v.detach()) for k, v in program.state_dict.items())
 
 
 def test_loads_where_onnxruntime_cannot_be_imported(mlp, mlp_ort) -> None:

@@ -177,3 +177,38 @@ def test_hook_observers_see_graphs_and_measurements():
         registry.pm.unregister(name="observer")
     assert len(seen["graphs"]) == 2
     assert ("eager", True) in seen["measured"]
+
+
+@needs_plugin
+def test_one_plugin_is_opened_without_discovering_the_others():
+    """What torchmux.load does: the plugin a package names, read from its own distribution's entry points,
+    in a fresh process: no other plugin module is imported, and a broken one elsewhere is never touched."""
+    script = textwrap.dedent(
+        """
+        import sys, warnings, json
+        warnings.simplefilter("error")  # the broken example plugins would warn if they were loaded
+        from torchmux.core.registry import find_backend, Registry
+        ours = find_backend("eager", "eager", "torchmux")
+        theirs = find_backend("example", "example", "torchmux-example-plugin")
+        print(json.dumps({
+            "eager": type(ours).__name__, "example": theirs.name,
+            "modules": sorted(n for n in sys.modules if n.startswith(("torchmux.backends.", "torchmux_example"))),
+        }))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = __import__("json").loads(out.stdout.strip().splitlines()[-1])
+    assert got["eager"] == "EagerBackend" and got["example"] == "example"
+    assert got["modules"] == ["torchmux.backends.eager", "torchmux_example_plugin"]
+    env = dict(os.environ, TORCHMUX_DISABLE_PLUGIN_AUTOLOAD="1")  # the switch holds on this path too
+    check = "from torchmux.core.registry import Registry; print(Registry.of_plugin('example', 'torchmux-example-plugin').names)"
+    names = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True, check=True).stdout
+    assert names.strip() == "[]"
+
+
+def test_find_backend_of_a_backend_nobody_provides_is_none():
+    from torchmux.core.registry import find_backend
+
+    assert find_backend("no-such-backend", "no-such-plugin", "no-such-distribution") is None
+    assert find_backend("eager", "eager", "torchmux") is get_registry().get("eager")

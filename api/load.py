@@ -1,0 +1,387 @@
+"""``torchmux.load``: a package opened and called with no Dynamo (steps 4 and 5 of ``api/export.py``).
+
+4. **Load** (``torchmux.load``): the chosen artifact is opened by its backend (``Backend.load``); where
+   that backend is missing, fails to load, or its native code is not signed by a key this user trusts
+   (or was built by another torch or for another machine), the next candidate is taken: a stored
+   artifact, else the backend rebuilt from the stored program (a backend that cannot save, such as
+   TVM), else eager on the program itself. One :class:`TorchmuxFallbackWarning` says what and why.
+5. **Call** (:class:`LoadedModel`): each input's type, dtype, device, rank and every dimension (a
+   static size, or a declared symbol within its range and equal wherever the symbol recurs) is checked,
+   then the artifact runs on the flat inputs. No Dynamo frame, no guard.
+
+This module imports only what loading needs (the package reader, the one plugin that provides the
+stored backend): ``torchmux.load`` never imports TorchDynamo, the tuner or the exporters; rebuilding a
+backend from the program (:meth:`LoadedModel._rebuild`) imports them when it happens.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from ..core import package as pkg
+from ..core.backend import Backend, LoadRequest, SavedGraph
+from ..core.errors import BadArgumentError, TorchmuxError, TorchmuxFallbackWarning
+from ..core.package import PackageError
+from ..core.registry import find_backend, get_registry
+from ..core.version import __version__
+
+__all__ = ["LoadedModel", "PackageInputError", "inspect_package", "load"]
+
+_DTYPES = {str(d).removeprefix("torch."): d for d in vars(torch).values() if isinstance(d, torch.dtype)}
+
+
+class PackageInputError(TorchmuxError, ValueError):
+    """A call of a loaded package with inputs it was not exported for; the message names the input."""
+
+
+def _spec(text: str) -> pytree.TreeSpec:
+    """A stored pytree spec; a container type of a library (a Hugging Face ``ModelOutput``) is known only
+    once that library registered it: the error says which module to import (none is imported from a file)."""
+    try:
+        return pytree.treespec_loads(text)
+    except NotImplementedError as e:
+        found = [w for w in str(e).split() if w.count(".") >= 2 and w[0].isalpha()]
+        module = found[0].rsplit(".", 1)[0] if found else "the library that defines it"
+        raise PackageError(
+            f"the package's inputs or outputs hold a type this process does not know yet ({e}); import {module} "
+            "before torchmux.load (the package names types, it never imports code)"
+        ) from e
+
+
+class _Call:
+    """The per-call path of a package, shared by :class:`ExportedModel` and :class:`LoadedModel`: check
+    each input against the plan, run the flat inputs, rebuild the output's structure."""
+
+    _fn: Callable[..., Sequence[torch.Tensor]]
+
+    def _setup_call(self, plan: Mapping[str, Any]) -> None:
+        self.plan = plan
+        self._in_spec, self._out_spec = _spec(plan["in_spec"]), _spec(plan["out_spec"])
+        self._n = len(plan["inputs"])
+        # every input positional, each a tensor: the call's args are the flat inputs themselves
+        self._positional = self._in_spec == pytree.tree_structure(((0,) * self._n, {}))
+        self._single = self._out_spec == pytree.tree_structure(0)
+        self._symbols = {k: (v[0], v[1]) for k, v in plan["symbols"].items()}
+        self._checks = [
+            (i, _DTYPES[s["dtype"]], s["device"], len(s["shape"]), tuple(s["shape"]))
+            for i, s in enumerate(plan["inputs"])
+        ]
+
+    def _flat(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Sequence[Any]:
+        if self._positional and not kwargs:
+            if len(args) != self._n:
+                raise PackageInputError(
+                    f"this package takes {self._n} input{'s' if self._n != 1 else ''} ({self._describe()}), got {len(args)}"
+                )
+            return args
+        leaves, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
+        if spec != self._in_spec:
+            raise PackageInputError(
+                f"the call's arguments are structured as {spec}, the package was exported for {self._in_spec}; "
+                f"pass {self._describe()}"
+            )
+        return leaves
+
+    def _describe(self) -> str:
+        return ", ".join(f"{s['dtype']}{s['shape']} on {s['device']}" for s in self.plan["inputs"])
+
+    def _check(self, flat: Sequence[Any]) -> None:
+        seen: dict[str, int] = {}
+        grad = torch.is_grad_enabled()
+        for i, dtype, device, rank, shape in self._checks:
+            a = flat[i]
+            if type(a) is not torch.Tensor and not isinstance(a, torch.Tensor):
+                raise PackageInputError(f"input {i} must be a tensor ({dtype}), got {type(a).__name__}")
+            if a.dtype != dtype or a.device.type != device or a.dim() != rank:
+                raise PackageInputError(
+                    f"input {i} must be {str(dtype).removeprefix('torch.')} with {rank} dimensions on {device} "
+                    f"(shape {list(shape)}), got {str(a.dtype).removeprefix('torch.')}{list(a.shape)} on {a.device.type}"
+                )
+            if grad and a.requires_grad:
+                raise PackageInputError(
+                    f"input {i} requires grad: a package runs inference only; call it under torch.no_grad(), "
+                    "or train with torchmux.compile"
+                )
+            for d, want in enumerate(shape):
+                got = a.shape[d]
+                if type(want) is int:
+                    if got != want:
+                        raise PackageInputError(
+                            f"input {i} dimension {d} must be {want} (it was exported static), got {got}; "
+                            "declare it in dynamic_shapes to vary it"
+                        )
+                    continue
+                if want in self._symbols:
+                    lo, hi = self._symbols[want]
+                    if got < lo or (hi is not None and got > hi):
+                        raise PackageInputError(
+                            f"input {i} dimension {d} ({want}) must be in [{lo}, {'inf' if hi is None else hi}] "
+                            f"as declared in dynamic_shapes, got {got}"
+                        )
+                    if seen.setdefault(want, got) != got:
+                        raise PackageInputError(
+                            f"input {i} dimension {d} is {want}, which another input has as {seen[want]}; got {got}"
+                        )
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        flat = self._flat(args, kwargs)
+        self._check(flat)
+        out = self._fn(*flat)
+        if self._single:
+            return out[0]
+        return pytree.tree_unflatten(list(out), self._out_spec)
+
+    def run_flat(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
+        """The flat inputs in, the flat outputs out (checked the same way): no output structure is rebuilt.
+        A Hugging Face ``ModelOutput`` costs ~100-180 us to construct on this CPU, as much as tiny BERT's
+        whole ONNX Runtime call at batch 1 spends outside its kernels; a server that wants tensors skips it."""
+        self._check(inputs)
+        return list(self._fn(*inputs))
+
+
+def load(path: str | Path, *, backend: str | None = None, options: Mapping[str, Any] | None = None) -> LoadedModel:
+    """Open a package written by ``torchmux.export(...).save(path)`` and return a callable
+    :class:`LoadedModel`. ``backend`` names a candidate to run instead of the stored choice (it is
+    rebuilt from the program when the package holds no artifact of it)."""
+    reader = pkg.PackageReader(path)
+    return LoadedModel(reader, backend=backend, options=dict(options or {}))
+
+
+class LoadedModel(_Call):
+    """A loaded package: call it as the exported model; ``.backend`` says what runs, ``.notes`` why."""
+
+    def __init__(self, reader: pkg.PackageReader, *, backend: str | None, options: dict[str, Any]) -> None:
+        self.reader = reader
+        self.manifest = reader.manifest
+        plan = reader.json(pkg.PLAN)
+        self._setup_call(plan)
+        self._options = options
+        self._program: torch.export.ExportedProgram | None = None
+        self.notes: list[str] = []
+        order = [c["backend"] for c in plan["candidates"] if c["ok"]]
+        if backend is not None:
+            order = [backend] + [b for b in order if b != backend]
+        if "eager" not in order:
+            order.append("eager")
+        self._order = order
+        self.backend, self._fn = self._open(order)
+        theirs, ours = self.manifest.get("machine") or {}, pkg.machine_kind(self.plan["device"])
+        moved = [k for k in ("processor", "device_name") if theirs.get(k) != ours.get(k)]
+        if moved and not self.notes:
+            self.notes.append(
+                "it was tuned on another machine ("
+                + ", ".join(f"{theirs.get(k)} there, {ours.get(k)} here" for k in moved)
+                + "): the stored choice may not be the fastest here; export it again on this machine to measure"
+            )
+        if self.notes:
+            runs = f"runs {self.backend!r}" + ("" if self.backend == order[0] else f", not {order[0]!r}")
+            warnings.warn(
+                f"torchmux.load({reader.path}) {runs}: " + "; ".join(self.notes),
+                TorchmuxFallbackWarning,
+                stacklevel=3,
+            )
+
+    # the stored program, read once when something needs it (eager, a rebuild, a weight swap)
+    def program(self) -> torch.export.ExportedProgram:
+        if self._program is None:
+            self._program = torch.export.load(io.BytesIO(self.reader.read(pkg.PROGRAM)))
+        return self._program
+
+    def weights(self) -> Mapping[str, Any]:
+        """The program's weights and constant tensors by name as NumPy arrays (``LoadRequest.weights``):
+        read from the package's bytes where ``pkg.program_weights`` can, else from the program."""
+        if self._program is None:
+            found = pkg.program_weights(self.reader.read(pkg.PROGRAM))
+            if found is not None:
+                return found
+        program = self.program()
+        return {k: v.detach().cpu().numpy() for k, v in {**program.state_dict, **program.constants}.items()}
+
+    def _candidate(self, name: str) -> dict[str, Any] | None:
+        return next((c for c in self.plan["candidates"] if c["backend"] == name), None)
+
+    def _open(self, order: Sequence[str]) -> tuple[str, Callable[..., Any]]:
+        for name in order:
+            entry = self._candidate(name) or {}
+            b = find_backend(name, entry.get("plugin"), entry.get("package"))  # that plugin, not every one
+            if b is None:
+                self.notes.append(f"{name} is not installed here")
+                continue
+            avail = b.availability()
+            if not avail.ok or not b.supports_device(self.plan["device"]):
+                self.notes.append(f"{name} cannot run here ({avail.reason or 'not on ' + self.plan['device']})")
+                continue
+            folder = entry.get("artifact")
+            try:
+                if folder:
+                    why = self._untrusted(folder, entry)
+                    if why is None:
+                        return name, b.load(self._request(b, folder))
+                    self.notes.append(f"{name}'s stored artifact not used ({why}): rebuilt from the program")
+                elif name != "eager" and name == self.plan["chosen"]:
+                    self.notes.append(f"{name} cannot save its compiled form: rebuilt from the program")
+                elif name != "eager":
+                    continue  # a candidate with nothing stored: the next stored one, then eager, comes first
+                if name == "eager":
+                    return name, pkg.program_runner(self.program())
+                return name, self._rebuild(b)
+            except Exception as e:
+                self.notes.append(f"{name} failed to load: {type(e).__name__}: {str(e)[:200]}")
+        raise TorchmuxError(f"no backend can run the package {self.reader.path}: " + "; ".join(self.notes))
+
+    def _untrusted(self, folder: str, entry: Mapping[str, Any]) -> str | None:
+        """Why a stored artifact must not be loaded here (None: it may)."""
+        if not entry.get("native"):
+            return None
+        for member in self.reader.names(folder):
+            if member.endswith("meta.json"):
+                continue
+            ok, why = self.reader.trusted(member)
+            if not ok:
+                return why
+        built, here = self.manifest.get("torch"), torch.__version__
+        if built != here:
+            return f"native code built for torch {built}, this is {here}"
+        theirs, ours = self.manifest.get("machine", {}), pkg.machine_kind(self.plan["device"])
+        if theirs.get("arch") != ours["arch"] or theirs.get("os") != ours["os"]:
+            return f"native code built for {theirs.get('os')}/{theirs.get('arch')}, this is {ours['os']}/{ours['arch']}"
+        return None
+
+    def _request(self, b: Backend, folder: str) -> LoadRequest:
+        files = {m[len(folder) :]: self.reader.read(m) for m in self.reader.names(folder) if m != folder + "meta.json"}
+        meta = self.reader.json(folder + "meta.json") if folder + "meta.json" in self.reader.names(folder) else {}
+        entry = self._candidate(b.name) or {}
+        saved = SavedGraph(files, meta, native=bool(entry.get("native")))
+        opts = {**(entry.get("options") or {}), **self._options.get(b.name, {})}
+        return LoadRequest(saved, self.plan["device"], torch.get_num_threads(), opts, self.program, self.weights)
+
+    def _rebuild(self, b: Backend, program: torch.export.ExportedProgram | None = None) -> Callable[..., Any]:
+        """Compile ``b`` again from the stored program (normalized and frozen as at export), checked
+        against the reference interpreter on inputs made from the plan's specs."""
+        from ..autotune.freeze import freeze
+        from ..core.backend import CompileRequest
+        from ..core.compare import mismatch
+        from ..frontends.export import normalize
+
+        program = program if program is not None else self.program()
+        ir, weights = normalize(program)
+        it = iter(weights)
+        frozen = freeze(ir, [next(it) if k != "input" else None for k in ir.input_kinds])
+        args = self.example_inputs()
+        entry = self._candidate(b.name) or {}
+        request = CompileRequest(frozen, args, None, dict(entry.get("options") or {}), program=program)
+        fn = b.compile(request)
+        wrong = mismatch(fn(*[a.clone() for a in args]), frozen.run_reference(*[a.clone() for a in args]))
+        if wrong:
+            raise RuntimeError(f"rebuilt {b.name} answers wrong: {wrong}")
+        return fn
+
+    def example_inputs(self, seed: int = 0) -> list[torch.Tensor]:
+        """Inputs of the plan's specs (each symbol at its smallest size above 1 in range): random floats,
+        integers in [0, 2)."""
+        g = torch.Generator().manual_seed(seed)
+        sizes = {s: max(lo, min(2, hi if hi is not None else 2)) for s, (lo, hi) in self._symbols.items()}
+        out = []
+        for s in self.plan["inputs"]:
+            shape = [d if isinstance(d, int) else sizes.get(d, 2) for d in s["shape"]]
+            dtype = _DTYPES[s["dtype"]]
+            t = (
+                torch.randn(shape, generator=g, dtype=dtype)
+                if dtype.is_floating_point
+                else torch.randint(0, 2, shape, generator=g).to(dtype)
+            )
+            out.append(t.to(s["device"]))
+        return out
+
+    # ------------------------------------------------------------------------------ weights
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return dict(self.program().state_dict)
+
+    def load_state_dict(self, state_dict: Mapping[str, torch.Tensor], strict: bool = True) -> None:
+        """Serve new weights without exporting again: the keys, shapes and dtypes must be the program's
+        (an error names the first that is not, and the old weights keep serving); the backend that
+        runs is rebuilt with them and checked against eager on the new weights, else eager runs them."""
+        program = self.program()
+        current = program.state_dict
+        missing = sorted(set(current) - set(state_dict))
+        unexpected = sorted(set(state_dict) - set(current))
+        if unexpected or (strict and missing):
+            raise BadArgumentError(
+                f"load_state_dict: keys do not match the exported program (missing: {missing[:5] or 'none'}, "
+                f"unexpected: {unexpected[:5] or 'none'}); the package keeps serving its current weights"
+            )
+        for k, v in state_dict.items():
+            old = current[k]
+            if not isinstance(v, torch.Tensor) or v.shape != old.shape or v.dtype != old.dtype:
+                got = f"{v.dtype}{list(v.shape)}" if isinstance(v, torch.Tensor) else type(v).__name__
+                raise BadArgumentError(
+                    f"load_state_dict: {k} must be {old.dtype}{list(old.shape)}, got {got}; the package keeps "
+                    "serving its current weights"
+                )
+        fresh = torch.export.load(io.BytesIO(self.reader.read(pkg.PROGRAM)))
+        for k, v in state_dict.items():
+            target = fresh.state_dict[k]
+            fresh.state_dict[k] = (
+                torch.nn.Parameter(v.detach().clone(), requires_grad=False)
+                if isinstance(target, torch.nn.Parameter)
+                else v.detach().clone()
+            )
+        registry = get_registry()
+        if self.backend == "eager":
+            fn: Callable[..., Any] = pkg.program_runner(fresh)
+        else:
+            try:
+                fn = self._rebuild(registry.get(self.backend), fresh)
+            except Exception as e:
+                warnings.warn(
+                    f"torchmux: {self.backend} could not be rebuilt with the new weights ({type(e).__name__}: "
+                    f"{str(e)[:200]}); eager runs them",
+                    TorchmuxFallbackWarning,
+                    stacklevel=2,
+                )
+                self.backend, fn = "eager", pkg.program_runner(fresh)
+        self._program, self._fn = fresh, fn
+
+
+def inspect_package(path: str | Path) -> str:
+    """What ``torchmux package inspect`` prints: members and sizes, the plan, versions, the machine."""
+    reader = pkg.PackageReader(path)
+    m, plan = reader.manifest, reader.json(pkg.PLAN)
+    lines = [
+        f"{reader.path}: torchmux package (format {m['format_version']}), {reader.path.stat().st_size / 1e6:.2f} MB",
+        f"  built with torchmux {m.get('torchmux')} (this is {__version__}), torch {m.get('torch')}, "
+        f"python {m.get('python')}, {m.get('created', '')}",
+        f"  tuned on: {m.get('machine', {}).get('processor', '?')} ({m.get('machine', {}).get('arch', '?')}, "
+        f"{m.get('machine', {}).get('os', '?')}), device {plan['device']}, {plan['threads']} thread(s)",
+        f"  graph: {plan['graph']['name']}, {plan['graph']['ops']} ops, fingerprint {plan['graph']['fingerprint'][:16]}; "
+        f"capture: {'strict' if plan['capture']['strict'] else 'non-strict'} torch.export"
+        + (", after the mend pass" if plan["capture"]["mended"] else ""),
+        "  inputs:",
+    ]
+    for i, s in enumerate(plan["inputs"]):
+        lines.append(f"    {i}: {s['dtype']}{s['shape']} on {s['device']}")
+    for sym, (lo, hi) in plan["symbols"].items():
+        lines.append(f"    {sym} in [{lo}, {'inf' if hi is None else hi}]")
+    lines.append(f"  chosen: {plan['chosen']}")
+    lines.append("  candidates (best first):")
+    for c in plan["candidates"]:
+        what = f"{c['ms']:.3f} ms" if c["ms"] is not None else ("correct, not timed" if c["ok"] else "failed")
+        art = f", artifact {c['artifact']}" if c["artifact"] else ""
+        reason = f" ({c['reason']})" if c["reason"] else ""
+        lines.append(
+            f"    {c['backend']} {c['version']}: {what}, compiled in {c['compile_s']:.1f} s{art}"
+            + (" [native, signed]" if c["native"] else "")
+            + reason
+        )
+    lines.append("  members:")
+    for name, entry in sorted(m["members"].items()):
+        signed = " signed (" + m.get("key", "?") + " key)" if name in (m.get("signatures") or {}) else ""
+        lines.append(f"    {name}: {entry['size'] / 1e6:.2f} MB, sha256 {entry['sha256'][:16]}{signed}")
+    return "\n".join(lines)
