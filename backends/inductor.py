@@ -11,7 +11,7 @@ import hashlib
 import os
 import shutil
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,8 @@ class InductorBackend(extend.Backend):
     def save(self, compiled: extend.CompiledGraph, request: extend.CompileRequest) -> extend.SavedGraph | None:
         if not isinstance(compiled, AotiProgram):
             return None
-        return extend.SavedGraph({"model.pt2": compiled.path.read_bytes()}, {"torch": torch.__version__}, native=True)
+        meta = {"torch": torch.__version__, "weights": sorted(compiled.weights)}
+        return extend.SavedGraph({"model.pt2": compiled.path.read_bytes()}, meta, native=True)
 
     def load(self, request: extend.LoadRequest) -> extend.CompiledGraph:
         return _load_package(request)
@@ -97,13 +98,23 @@ class AotiProgram:
     """An AOTInductor package (``aoti_compile_and_package``) loaded with ``aoti_load_package``, called
     with the program's flat inputs through the loader's own ``boxed_run`` (the loaded model's
     ``__call__`` parses its pytree specs from strings on every call; the package layer already holds
-    them). ``path`` is the ``.pt2`` file."""
+    them). ``path`` is the ``.pt2`` file; it holds the code only (``package_constants_in_so=False``):
+    the weights are the program's, handed over by name (``load_constants(..., user_managed=True)``, no
+    copy; a torchmux package stores them once, in the program)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, weights: Mapping[str, torch.Tensor]) -> None:
         from torch._inductor import aoti_load_package
 
         self.path = path
-        self._run = aoti_load_package(str(path)).loader.boxed_run
+        runner = aoti_load_package(str(path))
+        names = list(runner.get_constant_fqns())
+        missing = sorted(set(names) - set(weights))
+        if missing:
+            raise ValueError(f"the AOTInductor package needs weights the program does not hold: {missing[:5]}")
+        self.weights = {k: weights[k] for k in names}  # kept alive: the library reads them in place
+        if names:
+            runner.load_constants(self.weights, check_full_update=True, user_managed=True)
+        self._run = runner.loader.boxed_run
 
     def __call__(self, *args: torch.Tensor) -> list[torch.Tensor]:
         return self._run(list(args))
@@ -111,34 +122,39 @@ class AotiProgram:
 
 def _compile_package(request: extend.CompileRequest) -> AotiProgram:
     """AOTInductor on the whole exported program (cached by the frozen graph's fingerprint, which names
-    the weights' values): one shared library holding the code and the weights."""
+    the weights' values): one shared library holding the code, the program's weights handed to it."""
     from torch._inductor import aoti_compile_and_package
 
-    folder = extend.artifact_dir("inductor", "aoti", request.ir.fingerprint()[:32])
+    folder = extend.artifact_dir("inductor", "aoti-code", request.ir.fingerprint()[:32])
     path = folder / "model.pt2"
     if not (path.exists() and extend.authentic(path)):  # a package planted in the cache is rebuilt, never loaded
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".model.{os.getpid()}.{threading.get_ident()}.pt2"
         patches = {"max_autotune": True} if request.mode in ("max-autotune", "max-autotune-no-cudagraphs") else {}
+        patches["aot_inductor.package_constants_in_so"] = False
         with torch.no_grad():
             aoti_compile_and_package(
                 request.program, package_path=str(tmp), inductor_configs={**patches, **dict(request.options)}
             )
         os.replace(tmp, path)
         extend.sign(path)
-    return AotiProgram(path)
+    program = request.program
+    return AotiProgram(path, {k: v.detach() for k, v in {**program.state_dict, **program.constants}.items()})
 
 
 def _load_package(request: extend.LoadRequest) -> AotiProgram:
     """A saved package's bytes, written once to the cache under their digest (AOTInductor loads from a
-    path), signed there so a later load from the cache is trusted as this one is."""
+    path), signed there so a later load from the cache is trusted as this one is; its weights are the
+    program's, read from the package (``request.weights()``)."""
     data = request.saved.files["model.pt2"]
     digest = hashlib.sha256(data).hexdigest()[:32]
     path = extend.artifact_dir("inductor", "aoti-loaded", digest) / "model.pt2"
     if not (path.exists() and extend.authentic(path)):
         extend.atomic_write(path, data)
         extend.sign(path)
-    return AotiProgram(path)
+    arrays = request.weights()
+    names = request.saved.meta.get("weights") or []
+    return AotiProgram(path, {k: torch.from_numpy(arrays[k]).to(request.device) for k in names if k in arrays})
 
 
 def _compile_static(gm: torch.fx.GraphModule, example_inputs: list, config_patches: dict) -> object:

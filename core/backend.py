@@ -151,7 +151,7 @@ class LoadRequest:
     """What :meth:`Backend.load` is told: the saved graph, where and with how many threads it runs,
     this backend's options, the stored program (``program()`` reads it: for a backend whose artifact
     is the program itself, and to answer ``in_spec``-shaped calls), and the program's weights and
-    constant tensors (``weights()``: name -> read-only NumPy array, read from the package without
+    constant tensors (``weights()``: name -> NumPy array on the CPU, read from the package without
     deserializing the program): a backend whose :meth:`Backend.save` left the program's weights out of
     its files, naming them instead (the package stores each weight once), takes them from here."""
 

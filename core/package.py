@@ -95,7 +95,7 @@ PT2_DTYPES = {
 
 def program_weights(data: bytes) -> dict[str, Any] | None:
     """The weights and constant tensors of a ``torch.export.save`` archive (``program.pt2``) by name, as
-    read-only NumPy arrays over the archive's bytes, without deserializing the program (milliseconds, where
+    NumPy arrays (CPU; this call's own copy of the archive's bytes), without deserializing the program (milliseconds, where
     ``torch.export.load`` takes a tenth of a second and more): what a backend that stored its weights by
     reference gets at load (``LoadRequest.weights``). None when the archive holds a tensor this reader does
     not take apart (pickled, strided, a dtype NumPy lacks): the caller reads the program then."""
@@ -122,7 +122,8 @@ def program_weights(data: bytes) -> dict[str, Any] | None:
                 if any(n > 1 and s != c for n, s, c in zip(sizes, strides, contiguous)):
                     return None
                 count = int(np.prod(sizes))
-                out[fqn] = np.frombuffer(z.read(folder + entry["path_name"]), dtype=dtype, count=count).reshape(sizes)
+                raw = bytearray(z.read(folder + entry["path_name"]))  # writable: torch.from_numpy takes it as is
+                out[fqn] = np.frombuffer(raw, dtype=dtype, count=count).reshape(sizes)
     return out
 
 
