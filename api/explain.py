@@ -9,6 +9,7 @@ the autotuner chose for it.
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +59,8 @@ class ExplainReport:
     rewrites: list[str] = field(default_factory=list)
     #: what was not captured at all: a frame Dynamo skipped, a recompile limit hit, a graph run eagerly
     not_captured: list[BreakReason] = field(default_factory=list)
+    #: the mend pass's rewrites were not kept (``frontends/mend/verdict.py``): why, then each rewrite
+    reverted: list[str] = field(default_factory=list)
 
     @property
     def ops_per_graph(self) -> list[list[str]]:
@@ -78,6 +81,9 @@ class ExplainReport:
         if self.rewrites:
             lines.append("Rewrites applied:")
             lines += [f"  - {r}" for r in self.rewrites]
+        if self.reverted:
+            lines.append(f"Rewrites not kept (captured as written: {self.reverted[0]}):")
+            lines += [f"  - {r}" for r in self.reverted[1:]]
         if self.graphs:
             lines.append("")
             rows = [("graph", "torch ops", "aten ops", "kernels", "runs on")]
@@ -192,22 +198,77 @@ def explain(model: Any, *args: Any, backend: Any = None, mend: bool = True, **kw
     captures (the graphs run eagerly: about the time ``torch._dynamo.explain`` takes) and reports no
     placement; ``backend=`` (compile()'s argument: ``"auto"``, a name, a list) also places each graph
     and reports where it runs and what was measured. ``mend=False`` turns the graph-break mending pass
-    off (model keyword arguments named ``backend`` or ``mend`` cannot be passed through here).
+    off (model keyword arguments named ``backend`` or ``mend`` cannot be passed through here). Where the
+    mend pass's capture may be worse than Dynamo's on the code as written, that one is captured too, on
+    copies, and the better kept (:func:`capture`).
     """
-    from ..frontends.mend import mended
-
-    torch._dynamo.reset()
-    try:
-        with mended(model, mend) as (target, _):  # the user's modules get their own methods back after
-            compiled, recorder = compile_recorded(target, "eager" if backend is None else backend, mend)
-            compiled(*args, **kwargs)
-    finally:
-        torch._dynamo.reset()
-    result = report(recorder)
+    _, result = capture(model, args, kwargs, "eager" if backend is None else backend, mend)
     if backend is None:  # captured only: eager ran the graphs, which places nothing
         for g in result.graphs:
             g.placements, g.measurements = [], []
     return result
+
+
+def capture(
+    model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], backend: Any = "eager", mend: bool = True
+) -> tuple[Any, ExplainReport]:
+    """One call of ``model`` captured (Dynamo's caches reset before and after): what it returned, and the
+    report of the capture torchmux keeps. With ``mend``, the rewritten code is captured; where that
+    capture leaves open whether the code as written would break less (``frontends/mend/verdict.py``
+    ``in_doubt``), the code as written is captured too, on copies of the model and inputs, and the
+    rewrites are kept only if they broke no more and took no more than twice its capture time
+    (``verdict.keep``); otherwise the report is the code-as-written capture's, saying why."""
+    from ..frontends.mend import mended, verdict
+
+    global _WARM
+    warm, _WARM = _WARM, True
+    torch._dynamo.reset()
+    try:
+        start = time.perf_counter()
+        with mended(model, mend) as (target, rewrites):  # the user's modules get their own methods back after
+            compiled, recorder = compile_recorded(target, backend, mend)
+            out = compiled(*args, **kwargs)
+        seconds = time.perf_counter() - start
+    finally:
+        torch._dynamo.reset()
+    result = report(recorder)
+    if not mend or not verdict.in_doubt(_break_stacks(recorder, result), rewrites.keys):
+        return out, result
+    try:
+        m, a, k = verdict.copies(model, args, kwargs)
+        with verdict.shadowed():
+            start = time.perf_counter()
+            compiled, recorder = compile_recorded(m, backend, False)
+            compiled(*a, **k)
+            original_seconds = time.perf_counter() - start
+        original = report(recorder, [])
+    except Exception:  # noqa: BLE001 -- the code as written fails to capture or to copy: keep the rewrites
+        return out, result
+    finally:
+        torch._dynamo.reset()
+    why = verdict.keep(
+        verdict.Capture(result.graph_break_count + len(result.not_captured), seconds),
+        verdict.Capture(original.graph_break_count + len(original.not_captured), original_seconds),
+        timed=warm,
+    )
+    if why:
+        original.reverted = [why, *rewrites.applied]
+        return out, original
+    return out, result
+
+
+#: a capture ran in this process before: the next one's seconds are not its first-time imports
+_WARM = False
+
+
+def _break_stacks(recorder: Recorder, result: ExplainReport) -> list[list[tuple[str, int]]]:
+    """Each break's frames (file, line), outermost first, and each frame run outside the graphs."""
+    stacks = [
+        [(f.filename, f.lineno or 0) for f in g.break_reason.user_stack]
+        for g in recorder.graphs
+        if g.break_reason is not None and getattr(g.break_reason, "graph_break", False) and g.break_reason.user_stack
+    ]
+    return stacks + [[(r.filename, r.lineno)] for r in result.not_captured]
 
 
 # --- what Dynamo did not capture: skipped frames, recompile limits, graphs run eagerly -----------------

@@ -153,9 +153,12 @@ class Context:
         self.counter += 1
         return f"_mend_{stem}{self.counter}"
 
-    def note(self, node: ast.AST, text: str) -> int:
-        """Register a rewrite ("file:line: what"); the code emitted for it calls ``fired(key)`` when traced."""
-        key = rt.note(f"{self.filename}:{getattr(node, 'lineno', 0)}: {text}")
+    def note(self, node: ast.AST, text: str, wide: bool = False) -> int:
+        """Register a rewrite ("file:line: what"); the code emitted for it calls ``fired(key)`` when traced.
+        ``wide``: the rewritten code gives a value of another kind than the user's (read after ``node``)."""
+        first = getattr(node, "lineno", 0)
+        key = rt.note(f"{self.filename}:{first}: {text}")
+        rt.SPANS[key] = (self.filename, first, getattr(node, "end_lineno", None) or first, wide)
         self.notes.append(key)
         return key
 

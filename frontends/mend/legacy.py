@@ -29,20 +29,66 @@ _VARIABLE = torch.autograd.Variable
 def legacy_variables(fdef: ast.FunctionDef, ctx: Context) -> None:
     """Rewrite the ``Variable(...)`` and ``t.new().resize_(...)`` calls of ``fdef`` in place."""
     new_then_resized(fdef, ctx)
+    grad_set = _requires_grad_set(fdef)
     for call in [n for n in ast.walk(fdef) if isinstance(n, ast.Call)]:
         if ctx.resolve(call.func) is not _VARIABLE or len(call.args) != 1 or isinstance(call.args[0], ast.Starred):
+            continue
+        if id(call) in grad_set:  # its value gets requires_grad set: a detached tensor would break there
             continue
         if not all(
             k.arg == "requires_grad" and isinstance(k.value, ast.Constant) and k.value.value is False
             for k in call.keywords
         ):
             continue
-        note = ctx.note(call, "Variable(t) -> t.detach()")
+        note = ctx.note(call, "Variable(t) -> t.detach()", wide=True)  # not a leaf any more
         call.func = located(
             ast.copy_location(ast.Attribute(ast.Name(RT, ast.Load()), "variable", ast.Load()), call.func), call
         )
         call.args = [located(ast.Constant(note), call), call.args[0]]
         call.keywords = []
+
+
+def _requires_grad_set(fdef: ast.FunctionDef) -> set[int]:
+    """The ``Variable(...)`` calls (by ``id``) whose value has ``requires_grad`` set later: assigned to a name
+    that gets ``.requires_grad = ...`` or ``.requires_grad_(...)`` in ``fdef`` (itself or through plain
+    ``a = b`` aliases), or called on directly. The
+    legacy constructor's tensor is a leaf, and Dynamo traces setting its ``requires_grad``; on
+    ``t.detach()`` of a graph value it breaks ("setattr() on Tensor.requires_grad")."""
+    names: set[str] = set()
+    direct: set[int] = set()
+    for n in ast.walk(fdef):
+        target: ast.expr | None = None
+        if isinstance(n, ast.Assign):
+            for t in n.targets:
+                if isinstance(t, ast.Attribute) and t.attr == "requires_grad":
+                    target = t.value
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "requires_grad_":
+            target = n.func.value
+        if isinstance(target, ast.Name):
+            names.add(target.id)
+        elif isinstance(target, ast.Call):
+            direct.add(id(target))
+    aliases = [
+        (n.targets[0].id, n.value.id)
+        for n in ast.walk(fdef)
+        if isinstance(n, ast.Assign)
+        and len(n.targets) == 1
+        and isinstance(n.targets[0], ast.Name)
+        and isinstance(n.value, ast.Name)
+    ]
+    grown = True
+    while grown:  # ``w = z; w.requires_grad = True``: z's value gets it too
+        grown = False
+        for alias, source in aliases:
+            if alias in names and source not in names:
+                names.add(source)
+                grown = True
+    if names:
+        for n in ast.walk(fdef):
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call):
+                if any(isinstance(t, ast.Name) and t.id in names for t in n.targets):
+                    direct.add(id(n.value))
+    return direct
 
 
 def new_then_resized(fdef: ast.FunctionDef, ctx: Context) -> None:

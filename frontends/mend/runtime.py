@@ -53,6 +53,9 @@ class Lazy:
 EFFECTS: list[Effect] = []
 NOTES: list[str] = []  # every rewrite applied, "file:line: what"
 FIRED: set[int] = set()  # the NOTES keys Dynamo traced through (what explain reports)
+#: NOTES key -> (file, first line, last line, wide) of the statement a rewrite replaced; ``wide``: the
+#: rewrite changes a value read after that statement (``verdict`` judges breaks by these)
+SPANS: dict[int, tuple[str, int, int, bool]] = {}
 
 
 def note(text: str) -> int:

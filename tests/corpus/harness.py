@@ -27,9 +27,10 @@ from typing import Any
 
 import torch
 
-from torchmux.api.explain import compile_recorded, report
+from torchmux.api.explain import capture, compile_recorded, report
 from torchmux.frontends import mend as mend_module
 from torchmux.frontends.mend import switches as switches_module
+from torchmux.frontends.mend import verdict
 
 MODES = ("torchmux", "torchmux-nomend", "rewrites-only", "switches-only", "dynamo")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -172,6 +173,11 @@ def run_model(
             return seen, explained, _frames_skipped() - skipped, seconds
         use_mend = mode != "torchmux-nomend"
         start = time.perf_counter()
+        if mode == "torchmux":  # as torchmux.explain captures: the rewrites kept only where no worse
+            kept: list[Any] = []
+            seen = observe(lambda *a: _first(kept, capture(model, a, {}, backend)), args)
+            rep = kept[0]
+            return seen, rep, sum("frame skipped" in r.reason for r in rep.not_captured), time.perf_counter() - start
         with _half(mode), mend_module.mended(model, use_mend) as (target, _):
             compiled, recorder = compile_recorded(target, backend, use_mend)
             seen = observe(compiled, args)
@@ -180,6 +186,11 @@ def run_model(
         return seen, rep, sum("frame skipped" in r.reason for r in rep.not_captured), seconds
     finally:
         torch._dynamo.reset()
+
+
+def _first(kept: list[Any], pair: tuple[Any, Any]) -> Any:
+    kept.append(pair[1])
+    return pair[0]
 
 
 def run(program: Any, mode: str = "torchmux") -> Result:
@@ -205,18 +216,36 @@ def run(program: Any, mode: str = "torchmux") -> Result:
 
 def capture_seconds(program: Any, use_mend: bool) -> float:
     """Seconds of the first call of ``program`` under ``torch.compile(backend="eager")``: Dynamo's capture
-    alone, or with the mend pass before it (rewrites and switches), the same way torchmux runs it.
+    alone, or with the mend pass before it (rewrites and switches), the same way torchmux runs it, plus,
+    where the rewritten capture leaves in doubt whether it is worse than Dynamo's on the code as written
+    (``frontends/mend/verdict.py``), the capture of the code as written that decides (as explain takes it).
     torchmux's own graph normalization is left out: this measures the capture frontend only."""
     model, args = program.build()
     if isinstance(model, torch.nn.Module):
         model.eval()
     torch._dynamo.reset()
+    reasons: list[Any] = []
+
+    def recording(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        reasons.append(getattr(gm, "compile_subgraph_reason", None))
+        return gm.forward
+
     try:
         start = time.perf_counter()
-        with mend_module.mended(model, use_mend) as (target, _):
-            compiled = torch.compile(target, backend="eager")
+        with mend_module.mended(model, use_mend) as (target, rewrites):
+            compiled = torch.compile(target, backend=recording if use_mend else "eager")
             observe(mend_module.scoped(compiled) if use_mend else compiled, args)
-            return time.perf_counter() - start
+        stacks = [
+            [(f.filename, f.lineno or 0) for f in r.user_stack]
+            for r in reasons
+            if r is not None and getattr(r, "graph_break", False) and r.user_stack
+        ]
+        if use_mend and verdict.in_doubt(stacks, rewrites.keys):
+            torch._dynamo.reset()
+            m, a, _ = verdict.copies(model, args, {})
+            with verdict.shadowed():
+                observe(torch.compile(m, backend="eager"), a)
+        return time.perf_counter() - start
     finally:
         torch._dynamo.reset()
 

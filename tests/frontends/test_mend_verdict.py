@@ -1,0 +1,167 @@
+"""Keep or revert (frontends/mend/verdict.py): the mend pass's rewrites stay only where the rewritten
+capture is no worse than Dynamo's on the code as written; the second capture only where in doubt."""
+
+from __future__ import annotations
+
+import inspect
+import io
+import warnings
+from contextlib import redirect_stdout
+
+import torch
+import torch.nn as nn
+from torch.autograd import Variable
+
+import torchmux
+from torchmux.frontends.mend import runtime as rt
+from torchmux.frontends.mend import verdict
+from torchmux.frontends.mend.pipeline import MEND_DIR
+
+
+def explain(model: nn.Module, *args: torch.Tensor, **kw: object) -> torchmux.ExplainReport:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torchmux.explain(model, *args, **kw)
+
+
+class AliasedGrad(nn.Module):
+    """``Variable(x)`` of an input, then ``requires_grad`` set through an alias: Dynamo takes it whole;
+    ``t.detach()`` of a graph value would break where ``requires_grad`` is set."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = Variable(x)
+        w = z
+        w.requires_grad = True
+        return (w * 2).sum()
+
+
+def _needs_grad(t: torch.Tensor) -> None:
+    t.requires_grad = True
+
+
+class HelperGrad(nn.Module):
+    """The same, with requires_grad set in a helper: the source of ``forward`` does not show it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = Variable(x)
+        _needs_grad(z)
+        return (z * 2).sum()
+
+
+class DirectGrad(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = Variable(x)
+        z.requires_grad = True
+        return (z * 2).sum()
+
+
+class TensorIf(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.lin(x)
+        if h.sum() > 0:
+            h = h * 2
+        else:
+            h = h - 1
+        print("done")
+        return h
+
+
+class MaskedSizeIf(nn.Module):
+    """An if on a data-dependent size: the mend runtime's own break at the user's if (in doubt)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        picked = x[x > 0]
+        if picked.size(0) == 0:
+            y = x * 0
+        else:
+            y = x + picked.sum()
+        return y
+
+
+def test_a_rewrite_that_breaks_where_dynamo_did_not_is_reverted() -> None:
+    """The requires_grad case of real code: the legacy rewrite is left out statically (``z`` gets
+    requires_grad set), and where the source does not show it, the verdict reverts it."""
+    x = torch.randn(2, 4)
+    for cls in (AliasedGrad, DirectGrad, HelperGrad):
+        plain = explain(cls(), x, mend=False)
+        report = explain(cls(), x)
+        assert (plain.graph_count, plain.graph_break_count) == (1, 0)
+        assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
+        assert not any("Variable" in r for r in report.rewrites)
+        if cls is HelperGrad:  # rewritten (the source does not show the setattr), broke, reverted
+            assert "broke 1 times, the code as written 0" in report.reverted[0]
+            assert any("Variable(t) -> t.detach()" in r for r in report.reverted[1:])
+            assert "Rewrites not kept" in str(report)
+        else:
+            assert not report.reverted
+
+
+def test_requires_grad_source_check_sees_aliases() -> None:
+    from torchmux.frontends.mend import source_of
+
+    assert "detach" not in source_of(AliasedGrad.forward)
+    assert "detach" not in source_of(DirectGrad.forward)
+
+
+def test_breaks_inside_a_fired_rewrite_are_in_doubt_others_are_not() -> None:
+    model, x = TensorIf().eval(), torch.randn(2, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with redirect_stdout(io.StringIO()):
+            report = torchmux.explain(model, x)
+    assert report.graph_break_count == 0 and any("torch." in r for r in report.rewrites)
+    lines, start = inspect.getsourcelines(TensorIf.forward)
+    keys = [k for k, (f, a, _, _) in rt.SPANS.items() if f == __file__ and start <= a < start + len(lines)]
+    fired = [k for k in keys if k in rt.FIRED]
+    assert fired, "the if rewrite fired while Dynamo traced"
+    first, last = min(rt.SPANS[k][1] for k in fired), max(rt.SPANS[k][2] for k in fired)
+    assert last > first  # the span is the whole if statement, not its first line
+    inside = [[("/elsewhere/caller.py", 3), (__file__, last)]]
+    outside = [[(__file__, last + 1)]]
+    runtime = [[(__file__, first - 1), (MEND_DIR + "runtime.py", 10)]]
+    assert verdict.in_doubt(inside, fired)
+    assert verdict.in_doubt(runtime, fired)
+    assert not verdict.in_doubt(outside, fired)  # Dynamo's own break on the user's statements
+    assert not verdict.in_doubt([], fired)  # one graph: nothing to compare
+    assert not verdict.in_doubt(inside, [k for k in keys if k not in rt.FIRED])  # nothing fired
+
+
+def test_keep_compares_breaks_then_time() -> None:
+    C = verdict.Capture
+    assert verdict.keep(C(1, 1.0), C(1, 0.6)) == ""
+    assert verdict.keep(C(0, 1.0), C(2, 0.6)) == ""
+    assert "broke 2 times" in verdict.keep(C(2, 0.1), C(1, 1.0))
+    assert "over twice" in verdict.keep(C(1, 2.1), C(1, 1.0))
+    assert verdict.keep(C(1, 2.1), C(1, 1.0), timed=False) == ""  # a process's first capture: breaks only
+
+
+def test_in_doubt_capture_is_judged_and_kept_when_no_worse() -> None:
+    """The data-dependent size if breaks in the rewritten capture at the user's if (the runtime's own
+    break): the code as written is captured too (on copies); it breaks there as well, so the rewrites
+    stay, and the answer is eager's."""
+    model = MaskedSizeIf()
+    for x in (torch.randn(3, 4), -torch.ones(3, 4)):
+        report = explain(model, x)
+        plain = explain(model, x, mend=False)
+        assert report.graph_break_count <= plain.graph_break_count
+        compiled = torchmux.compile(model, backend="eager")
+        torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_the_measuring_capture_leaves_the_user_state_alone() -> None:
+    """What the second capture runs on is a copy, under restored random state, printing nothing."""
+    model = DirectGrad()
+    x = torch.randn(2, 4)
+    before = torch.random.get_rng_state()
+    out = io.StringIO()
+    with redirect_stdout(out), verdict.shadowed():
+        m, (a,), _ = verdict.copies(model, (x,), {})
+        torch.rand(3)
+        print("not shown")
+    assert out.getvalue() == ""
+    assert torch.equal(torch.random.get_rng_state(), before)
+    assert a is not x and torch.equal(a, x) and m is not model
