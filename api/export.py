@@ -8,10 +8,14 @@ its module path); a deployed model should not pay that. ``export`` is the second
    :class:`GraphIR` as ``compile()``'s graphs and frozen (``autotune/freeze.py``).
 2. **Place** with the same autotuner: every candidate backend (one when named) is compiled on the frozen
    graph with the program beside it (``CompileRequest.program``: ONNX Runtime exports the program with
-   torch's ONNX exporter, Inductor builds an AOTInductor package), checked against the reference
-   interpreter on copies of the example inputs, and timed in interleaved rounds (``autotune/tuner.py``
-   ``measure``/``choose``). With dynamic shapes the candidates are also checked at the largest size the
-   declared ranges allow (up to :data:`CHECK_SIZE_CAP` per dimension).
+   torch's ONNX exporter, Inductor builds an AOTInductor package) and checked against the reference
+   interpreter on copies of the example inputs (``autotune/tuner.py`` ``measure``); with dynamic shapes
+   also at the largest size the declared ranges allow (up to :data:`CHECK_SIZE_CAP` per dimension).
+   Then each is **measured as it ships** (:func:`_ship`): saved, loaded back as ``torchmux.load`` will
+   load it, checked again, and only that loaded form is timed, in interleaved rounds
+   (:data:`EXPORT_TIMING_SECONDS`; ``time_rounds``/``choose``). What compile() runs and what a package
+   runs differ (ONNX Runtime's package session has its own arena and no I/O binding); the choice is
+   made on what the package runs.
 3. **Save** (``ExportedModel.save``): the package (``core/package.py``) holds the ``ExportedProgram``,
    the chosen backend's artifact in its native form (``Backend.save``), and ``plan.json``: the inputs'
    specs and ranges, the pytree specs, and every candidate's measurement, best first.
@@ -41,9 +45,9 @@ import torch
 import torch.utils._pytree as pytree
 
 from ..autotune.freeze import freeze
-from ..autotune.tuner import Measurement, choose, measure
+from ..autotune.tuner import Measurement, choose, measure, time_rounds
 from ..core import package as pkg
-from ..core.backend import Backend, CompileRequest, SavedGraph
+from ..core.backend import Backend, CompileRequest, LoadRequest, SavedGraph
 from ..core.compare import mismatch
 from ..core.config import resolve
 from ..core.errors import TorchmuxError, TorchmuxFallbackWarning
@@ -56,6 +60,10 @@ __all__ = ["ExportedModel", "LoadedModel", "PackageInputError", "export", "load"
 
 #: with dynamic shapes, candidates are also checked at the largest declared size, capped at this
 CHECK_SIZE_CAP = 64
+#: seconds of interleaved timing rounds among the candidates (``options={"autotune_budget": s}`` sets it):
+#: a package is measured once and run for long, and the candidates are few; compile()'s default is 0.5
+EXPORT_TIMING_SECONDS = 3.0
+EXPORT_MAX_ROUNDS = 60
 
 
 # ------------------------------------------------------------------------------------------ export
@@ -95,17 +103,25 @@ def export(
     candidates = [b for b in config.backends if b.supports_device(device) and _worth_trying(b, device, config)]
     if not any(b.name == "eager" for b in candidates):  # the program itself always runs: the last resort
         candidates.append(get_registry().require("eager"))
-    results = measure(
+    results = measure(  # compiled and checked; timed below, in the form each ships in
         frozen,
         candidates,
         flat,
         mode=config.mode,
         options=config.options_for,
-        timed=config.auto and len(candidates) > 1,
+        timed=False,
         deadline=_deadline(config),
         program=captured.program,
     )
     results = _check_range(frozen, captured, results, flat)
+    by_name = {b.name: b for b in candidates}
+    saved, shipped = _ship(frozen, captured, results, by_name, flat, config)
+    live = [(m, shipped[m.backend]) for m in results if m.ok and m.backend in shipped]
+    if config.auto and len(live) > 1:
+        for m, _ in live:
+            m.seconds = math.inf  # measure() left it untimed (NaN); time_rounds keeps the fastest warm call
+        budget = float(config.get("autotune_budget")) if "autotune_budget" in config.own else EXPORT_TIMING_SECONDS
+        time_rounds(live, flat, budget, EXPORT_MAX_ROUNDS)
     named = None if config.auto else config.backends[0].name
     chosen = _pick(results, named)
     if named is not None and chosen.backend != named:
@@ -116,28 +132,61 @@ def export(
             TorchmuxFallbackWarning,
             stacklevel=2,
         )
-    by_name = {b.name: b for b in candidates}
-    saved: dict[str, SavedGraph] = {}
-    backend_obj = by_name[chosen.backend]
-    if chosen.placement is not None:
-        request = CompileRequest(
-            frozen, flat, config.mode, config.options_for(chosen.backend), program=captured.program
-        )
-        try:
-            artifact = backend_obj.save(chosen.placement.fn, request) if chosen.placement.regions == 1 else None
-        except Exception as e:  # a backend that cannot save is rebuilt at load: never a failed export
-            warnings.warn(
-                f"torchmux.export: {chosen.backend}.save failed ({type(e).__name__}: {e}); the package rebuilds "
-                "it from the program at load",
-                TorchmuxFallbackWarning,
-                stacklevel=2,
-            )
-            artifact = None
-        if artifact is not None:
-            saved[chosen.backend] = artifact
+    saved = {k: v for k, v in saved.items() if k == chosen.backend}  # the package holds the chosen artifact
     plan = _plan(captured, frozen, flat, results, chosen, by_name, saved, device, config.options_for)
-    fn = chosen.placement.fn if chosen.placement is not None else pkg.program_runner(captured.program)
-    return ExportedModel(captured, plan, saved, fn)
+    return ExportedModel(captured, plan, saved, shipped.get(chosen.backend) or pkg.program_runner(captured.program))
+
+
+def _ship(
+    frozen: GraphIR,
+    captured: Captured,
+    results: Sequence[Measurement],
+    by_name: Mapping[str, Backend],
+    flat: Sequence[torch.Tensor],
+    config: Any,
+) -> tuple[dict[str, SavedGraph], dict[str, Callable[..., Any]]]:
+    """Each correct candidate in the form a package ships it: saved (``Backend.save``), loaded back
+    (``Backend.load``, as ``torchmux.load`` will in another process) and checked again against the
+    reference on copies of the inputs; what is timed and chosen is what the package runs. A candidate
+    that cannot save (or whose saved form does not load here) ships as compiled, rebuilt at load; one
+    whose loaded form answers wrong or crashes fails, with that reason."""
+    from ..autotune.verify import check_call
+
+    program = captured.program
+    weights = lambda: {k: v.detach().cpu().numpy() for k, v in {**program.state_dict, **program.constants}.items()}  # noqa: E731
+    saved: dict[str, SavedGraph] = {}
+    shipped: dict[str, Callable[..., Any]] = {}
+    for m in results:
+        if not m.ok or m.placement is None:
+            continue
+        b, fn = by_name[m.backend], m.placement.fn
+        request = CompileRequest(frozen, flat, config.mode, config.options_for(m.backend), program=program)
+        try:
+            artifact = b.save(fn, request) if m.placement.regions == 1 else None
+            if artifact is not None:
+                opts = config.options_for(m.backend)
+                device = flat[0].device.type if flat else "cpu"
+                fn = b.load(LoadRequest(artifact, device, torch.get_num_threads(), opts, lambda: program, weights))
+                saved[m.backend] = artifact
+        except Exception as e:  # a backend that cannot save or load here is rebuilt at load: never a failed export
+            warnings.warn(
+                f"torchmux.export: {m.backend}'s saved form failed here ({type(e).__name__}: {str(e)[:200]}); a "
+                "package that chooses it rebuilds it from the program at load",
+                TorchmuxFallbackWarning,
+                stacklevel=3,
+            )
+            fn = m.placement.fn
+        if fn is not m.placement.fn:
+            try:
+                _, wrong = check_call(frozen, fn, flat, twice=True)
+            except Exception as e:
+                wrong = f"crashed: {type(e).__name__}: {str(e)[:200]}"
+            if wrong:
+                m.ok, m.seconds, m.reason = False, math.inf, f"its saved and loaded form: {wrong}"
+                saved.pop(m.backend, None)
+                continue
+        shipped[m.backend] = fn
+    return saved, shipped
 
 
 def _breaks(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
