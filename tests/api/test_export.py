@@ -291,6 +291,26 @@ def test_a_program_export_refuses_is_an_error_that_names_the_line() -> None:
 
 
 @pytest.mark.slow
+def test_tiny_bert_on_aotinductor_with_a_dynamic_sequence_length(tmp_path) -> None:
+    """AOTInductor's library covers the declared range (its Dims), and holds no weights: the package hands
+    it the program's (load_constants), read from program.pt2 in a fresh process."""
+    pytest.importorskip("transformers")
+    torch.manual_seed(4)
+    model, args = zoo.build("bert", 2)
+    exported = torchmux.export(model, args, backend="inductor", dynamic_shapes=({1: Dim("seq", min=2, max=64)},))
+    assert exported.backend == "inductor"
+    path = exported.save(tmp_path / "bert-aoti.tmux")
+    reader = PackageReader(path)
+    weights = reader.json("artifacts/inductor/meta.json")["weights"]
+    program_bytes = reader.manifest["members"]["program.pt2"]["size"]
+    assert weights and reader.manifest["members"]["artifacts/inductor/model.pt2"]["size"] < 2 * program_bytes
+    x = torch.randint(0, 100, (2, 23))
+    result = _load_in_child(path, (x,), _eager(model, x), preamble="import transformers.modeling_outputs")
+    assert result["backend"] == "inductor" and result["warnings"] == [] and result["err"] < 1e-4
+    assert {p.split(".")[2] for p in result["plugins"]} == {"inductor"}
+
+
+@pytest.mark.slow
 def test_aoti_package_signed_and_a_planted_library_is_not_loaded(mlp, tmp_path) -> None:
     model, args = mlp
     exported = torchmux.export(model, args, backend="inductor")
