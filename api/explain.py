@@ -34,9 +34,63 @@ class BreakReason:
     def where(self) -> str:
         return f"{self.filename}:{self.lineno}"
 
+    @property
+    def advice(self) -> str:
+        """What to change at the user's line so that this break goes (:func:`what_to_change`)."""
+        return what_to_change(self.reason)
+
     def __str__(self) -> str:
         first = self.reason.strip().splitlines()[0] if self.reason.strip() else "?"
-        return f"{self.where}: {first}" + (f"  [{self.line.strip()}]" if self.line.strip() else "")
+        text = f"{self.where}: {first}" + (f"  [{self.line.strip()}]" if self.line.strip() else "")
+        return text + (f"\n       what to change: {self.advice}" if self.advice else "")
+
+
+#: (a piece of Dynamo's reason, what to change at the user's line), first match wins: the kinds of break
+#: left on real research code once the mend pass has run (ParityBench), each with its remedy
+_ADVICE: tuple[tuple[str, str], ...] = (
+    (
+        "_LegacyVariableBase",
+        "torch.autograd.Variable(t) of a value computed here: write t itself (t.detach() if it must not "
+        "carry gradients); Variable has been a no-op wrapper since PyTorch 0.4 (the mend pass rewrites it "
+        "only in a module's forward, its self.<method>s and the global functions they call)",
+    ),
+    (
+        "data-dependent expression",
+        "a Python int, bool or size read from a tensor's values decides this line: where the code already "
+        "assumes a range or an outcome, say it with torch._check(...) before (e.g. torch._check(n > 0)); "
+        "otherwise keep the value a tensor (torch.where instead of an if)",
+    ),
+    (
+        "Data-dependent branching",
+        "an if/while on a tensor's value that the mend pass could not rewrite (a branch with effects other "
+        "than assignments and logs): compute both sides and pick with torch.where, or use torch.cond",
+    ),
+    (
+        "Observed exception",
+        "Dynamo met an exception while tracing (an autograd.Function whose backward raises, a raise inside "
+        "a try): keep the raising code out of the compiled function (a backward that raises can return "
+        "None gradients instead), or run that part under torch.compiler.disable",
+    ),
+    (
+        "requires_grad",
+        "set requires_grad on inputs or parameters outside the compiled function (or create the tensor "
+        "with requires_grad=... there)",
+    ),
+    (
+        "Tensor.item",
+        "a .item() read in Python: keep the value a tensor, or torch._check the range the code assumes",
+    ),
+    (
+        "marked as skipped",
+        "Dynamo does not trace this call (a C extension, a builtin, or a file Dynamo skips): call it outside "
+        "the compiled function, or, if it only computes on tensors, mark it with torch.compiler.allow_in_graph",
+    ),
+)
+
+
+def what_to_change(reason: str) -> str:
+    """The remedy for a break Dynamo gave ``reason`` for ("" where none is known)."""
+    return next((advice for piece, advice in _ADVICE if piece in reason), "")
 
 
 @dataclass

@@ -49,6 +49,7 @@ import functools
 import inspect
 import os
 import re
+import sys
 import types
 import weakref
 from collections.abc import Iterable, Iterator
@@ -68,6 +69,7 @@ MEND_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _PRIVATE = re.compile(r"^__\w*[^_]_?$")  # a name Python would mangle inside a class body
 _INTROSPECTION = {"locals", "vars", "exec", "eval", "_getframe", "currentframe"}
 _MAX_DEPTH = 4  # how deep global helper calls are followed
+_INSTALLED = re.compile(r"[/\\](site|dist)-packages[/\\]")  # an installed library's file
 
 
 @dataclass
@@ -123,6 +125,8 @@ def mend(model: Any) -> tuple[Any, Rewrites]:
     if isinstance(model, torch.nn.Module):
         for name, m in model.named_modules():
             _install(m, notes)
+            for held in _held_objects(m):
+                _install(held, notes, all_methods=True)
             rnn.install(m, _where(model, name), notes)
         return model, Rewrites(notes)
     if isinstance(model, types.MethodType) and isinstance(model.__func__, types.FunctionType):
@@ -154,10 +158,11 @@ def mended(model: Any, enabled: bool = True) -> Iterator[tuple[Any, Rewrites]]:
     finally:
         for m, saved in before:
             for name in list(vars(m)):
+                value = vars(m)[name]
                 if (
-                    isinstance(vars(m)[name], types.MethodType)
+                    isinstance(value, (types.MethodType, types.FunctionType))
                     and name not in saved
-                    and hasattr(vars(m)[name].__func__, "_torchmux_mended_from")
+                    and hasattr(getattr(value, "__func__", value), "_torchmux_mended_from")
                 ):
                     delattr(m, name)
 
@@ -172,27 +177,66 @@ def _where(model: torch.nn.Module, name: str) -> str:
 def _bound_state(model: Any) -> list[tuple[Any, set[str]]]:
     if not isinstance(model, torch.nn.Module):
         return []
-    return [(m, set(vars(m))) for m in model.modules()]
+    owners = [o for m in model.modules() for o in (m, *_held_objects(m))]
+    return [(o, set(vars(o))) for o in owners]
 
 
-def _install(m: torch.nn.Module, notes: list[int]) -> None:
-    """Mend ``m.forward`` and the ``self.<method>`` helpers it reaches; bind the results to ``m``."""
+def _held_objects(m: torch.nn.Module) -> list[Any]:
+    """The plain objects of the user's classes that ``m`` holds in its attributes (a helper object whose
+    methods its forward calls: ``self.window.glimpse(x)``): not modules, tensors or functions, nor objects
+    of the standard library's, torch's or an installed library's classes (a Hugging Face config: its
+    methods are the library's, and bound copies in its ``__dict__`` would follow it into ``deepcopy``)."""
+    held = []
+    for value in vars(m).values():
+        cls = type(value)
+        top = cls.__module__.split(".")[0]
+        if (
+            isinstance(value, (torch.nn.Module, torch.Tensor, type, types.FunctionType, types.MethodType))
+            or not hasattr(value, "__dict__")
+            or top in sys.stdlib_module_names
+            or top in ("torch", "numpy", "torchmux")
+        ):
+            continue
+        try:
+            source = inspect.getsourcefile(cls)
+        except TypeError:  # a builtin or C extension's class
+            continue
+        path = os.path.abspath(source) if source is not None else ""
+        if path and not in_torch(path) and not _INSTALLED.search(path):  # the user's own code, not a library's
+            held.append(value)
+    return held
+
+
+def _install(m: Any, notes: list[int], all_methods: bool = False) -> None:
+    """Mend ``m.forward`` and the ``self.<method>`` helpers it reaches (``all_methods``: every method of
+    ``m``'s class, for a held object whose methods a module calls); bind the results to ``m``. A
+    ``staticmethod`` is mended as a function and set on the instance as one."""
     cls = type(m)
-    todo, seen = ["forward"], set()
+    todo = ["forward"]
+    if all_methods:
+        todo = [n for n in dir(cls) if not _PRIVATE.match(n) and not n.startswith("__")]
+    seen: set[str] = set()
     while todo:
         name = todo.pop()
         if name in seen:
             continue
         seen.add(name)
         current = vars(m).get(name)
+        fn = inspect.getattr_static(cls, name, None)
+        if isinstance(fn, staticmethod) and isinstance(fn.__func__, types.FunctionType):
+            if _is_user_code(fn.__func__) and (current is None or getattr(current, "_torchmux_mended_from", None)):
+                done = mend_function(fn.__func__, method=False)
+                if done.func is not None:
+                    object.__setattr__(m, name, done.func)
+                    notes.extend(done.notes)
+            continue
         if current is not None and not hasattr(getattr(current, "__func__", None), "_torchmux_mended_from"):
             continue  # the user set this on the instance: leave it
-        fn = inspect.getattr_static(cls, name, None)
         if not isinstance(fn, types.FunctionType) or not _is_user_code(fn):
             continue
         done = mend_function(fn, method=True, attr_dicts=attrs.held_by(m))
         todo.extend(done.methods)
-        if name == "forward" and done.pure_calls is not None:
+        if name == "forward" and done.pure_calls is not None and isinstance(m, torch.nn.Module):
             rt.PURE_FORWARDS[cls] = (fn, done.pure_calls)  # loops over such modules may be masked
         if done.func is not None:
             object.__setattr__(m, name, types.MethodType(done.func, m))
@@ -256,6 +300,8 @@ def _parse(fn: types.FunctionType) -> ast.FunctionDef | None:
             return None
         if name in _INTROSPECTION:  # sees the frame's locals, which the rewrite changes
             return None
+    if fdef.decorator_list:  # the code's first line is the first decorator's (``@staticmethod``): keep it so
+        fdef.lineno = fdef.decorator_list[0].lineno
     fdef.decorator_list = []  # they returned ``fn`` itself (no __wrapped__, same code object)
     return fdef if _same_code(fn, fdef) else None
 

@@ -930,3 +930,58 @@ def test_while_with_a_counter_nobody_reads_after_is_one_graph() -> None:
     for scale in (0.01, 4.0, 1e6):  # 0 iterations, some, and stopped by the counter
         x = torch.randn(4, 16) * scale
         torch.testing.assert_close(fast(x), bounded_halving(x))
+
+
+class _Window:
+    """A plain helper object a module holds, with a static method in legacy style (ParityBench's ARC)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    @staticmethod
+    def _bank(center: torch.Tensor, size: int) -> torch.Tensor:
+        pixels = Variable(torch.arange(0, size) - (size - 1.0) / 2.0)
+        return center[:, None] + pixels[None, :]
+
+    def glimpse(self, x: torch.Tensor) -> torch.Tensor:
+        return self._bank(x.mean(dim=1), self.size)
+
+
+class _Glimpser(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.window = _Window(5)
+        self.lin = nn.Linear(5, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(self.window.glimpse(x))
+
+
+def test_static_method_of_a_held_object_is_mended_and_given_back() -> None:
+    """``Variable(t)`` of a computed value in a ``staticmethod`` of a plain object the module holds: one
+    graph (Dynamo breaks there), the same answer, and the object has its own methods back after explain."""
+    model, x = _Glimpser().eval(), torch.randn(2, 4)
+    report = explain(model, x)
+    assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
+    assert any("Variable(t) -> t.detach()" in r for r in report.rewrites)
+    assert "_bank" not in vars(model.window) and "glimpse" not in vars(model.window)
+    plain = explain(model, x, mend=False)
+    assert plain.graph_break_count >= 1
+    torch.testing.assert_close(compiled(model)(x), model(x))
+
+
+def test_each_remaining_break_kind_says_what_to_change() -> None:
+    """The breaks left on real code are named at the user's line with a remedy."""
+    from torchmux.api.explain import BreakReason, what_to_change
+
+    for reason, words in (
+        ("Attempted to call function marked as skipped\n  qualname: _LegacyVariableBase.__new__", "Variable(t)"),
+        ("Could not guard on data-dependent expression Eq(u0, 1)", "torch._check"),
+        ("frame skipped by Dynamo: Observed exception (Explanation: ...)", "backward that raises"),
+        ("Attempted to call function marked as skipped", "allow_in_graph"),
+    ):
+        assert words in what_to_change(reason)
+        text = str(BreakReason(reason, "/user/model.py", 7, "y = f(x)"))
+        assert text.startswith("/user/model.py:7: ") and "what to change:" in text
+    assert what_to_change("something new") == ""
+    assert "what to change" not in str(BreakReason("something new", "/user/model.py", 7))
