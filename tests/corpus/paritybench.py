@@ -13,7 +13,9 @@ Each file runs in a child process of its own (research code may hang or crash th
 file that takes over ``--timeout`` seconds is counted as what it finished). For each module the child
 builds it in eval mode under a fixed seed, runs it eagerly twice, and then, like ``coverage.py``
 does for the corpus, captures it with ``torch._dynamo.explain`` and with torchmux's explain machinery
-(the mend pass on), both on the eager backend, and compares each captured run with eager's (outputs,
+(the mend pass on, its rewrites kept only where no worse than Dynamo's capture of the code as written:
+``frontends/mend/verdict.py``; the capture time counts the second capture where the verdict takes one),
+both on the eager backend, and compares each captured run with eager's (outputs,
 printed text, exceptions; ``harness.py``); a capture that raises where eager ran counts as a wrong
 answer with no graph. Modules that fail eagerly, whose two eager runs differ
 (random draws outside the seed) or that return no tensor are left out, as ParityBench leaves them
