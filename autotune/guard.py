@@ -38,21 +38,29 @@ class Guard:
         self.structure, self.mode = structure, mode  # a demotion is a verdict on every size (verdicts.py)
         self._ranked = [m for m in ranked if m.ok and m.placement is not None]  # fastest first
         self._fallback = fallback
-        self.calls = 0
-        self.kinds: set[tuple] = set()
-        self._next = 1  # the next call the sparse schedule checks
-        # the check budget (verify.CHECK_BUDGET): seconds the checks cost beyond the calls they answered,
-        # what an unchecked call costs (timed once after each check: call number _probe), the last check's cost
-        self.spent, self.call_seconds, self._probe, self._last_cost = 0.0, 0.0, 0, 0.0
-        self.budget = verify.CHECK_BUDGET
         self._checked_first = checked_first
         self._random = verify.is_random(ir)
         self.demotions: list[tuple[str, str]] = []
+        self.budget = verify.CHECK_BUDGET
         self._select()
+        # where this graph's checks stand (verify.Schedule): a build of a graph this process ran before goes on
+        # from there; only its own first call is checked anew (a new build's first answer)
+        self.s = verify.schedule_for(ir, signature, self.chosen.backend, policy)
+        self._first = True
 
     @property
     def backend(self) -> str:
         return self.chosen.backend
+
+    @property
+    def calls(self) -> int:
+        """The user's calls of this graph so far (every build of it in this process)."""
+        return self.s.calls
+
+    @property
+    def checks(self) -> int:
+        """The checks made in those calls (verify.Schedule)."""
+        return self.s.checks
 
     def _select(self) -> None:
         if not self._ranked:
@@ -68,37 +76,42 @@ class Guard:
         self._sparse = self.policy == "sparse" and not self._trusted
 
     def __call__(self, *args: Any) -> Sequence[Any]:
-        self.calls = calls = self.calls + 1
+        s = self.s
+        s.calls = calls = s.calls + 1
         if self._sparse:  # the default policy's common call, inlined: one frame for the scan, none for the schedule
             kind = verify.input_kind(args, self.keyed)
             due = (
-                calls >= self._next  # the schedule's next check (or the first call: _next is 1)
-                or kind not in self.kinds
+                calls >= s.next  # the schedule's next check (or the first call: next is 1)
+                or self._first
+                or kind not in s.kinds
                 or (self._watch_nonfinite and ("nan" in kind or "inf" in kind))
             ) and self._due_kind(kind)
         else:
             due = not (self._trusted or self.policy == "off") and self._due(args)
         if not due:
-            if calls == self._probe:  # the unchecked call after a check: timed, for the check budget
+            if calls == s.probe:  # an unchecked call after a check: timed, for the check budget
                 return self._timed(args)
             try:  # _run, inlined: this is every call's path
                 return self.fn(*args)
             except Exception as e:
                 if self._trusted:
-                    raise  # eager raised it: the user's own exception
-                return self._demote(f"raised {short_error(e)} on call {self.calls}", args)
+                    raise
+                return self._demote(f"raised {short_error(e)} on call {calls}", args)
+        s.checks += 1
+        first, self._first = self._first, False
         try:
             t0 = perf_counter()
             out, wrong = verify.check_call(self.ir, self.fn, args, twice=False)
-            self._last_cost = max(perf_counter() - t0 - self.call_seconds, 0.0)  # beyond the call it answered
-            self.spent += self._last_cost
-            self._probe = calls + 1
+            s.last_cost = max(perf_counter() - t0 - s.call_seconds, 0.0)  # beyond the call it answered
+            if not first:  # a build's first check is part of the call that compiled it: not weighed
+                s.spent += s.last_cost
+            s.probe = calls + verify.PROBE_AFTER
         except Exception as e:  # noqa: BLE001 -- a backend's fault of any kind is a measurement, never the user's crash
-            return self._demote(f"raised {short_error(e)} on call {self.calls}", args)
+            return self._demote(f"raised {short_error(e)} on call {calls}", args)
         if wrong is None:
             return out  # type: ignore[return-value]
         reference = self.ir.run_reference(*verify.clone_inputs(args, self.ir.input_kinds))
-        self._demote(f"{wrong} (on call {self.calls}, checked by the verify policy {self.policy!r})", None)
+        self._demote(f"{wrong} (on call {calls}, checked by the verify policy {self.policy!r})", None)
         return reference
 
     def _due(self, args: Sequence[Any]) -> bool:
@@ -106,7 +119,8 @@ class Guard:
         if self.policy == "always":
             return True
         if self.policy == "first":
-            return self.calls == 1 and not self._checked_first
+            first, self._first = self._first, False
+            return first and not self._checked_first
         return self._due_kind(verify.input_kind(args, self.keyed))
 
     def _timed(self, args: Sequence[Any]) -> Sequence[Any]:
@@ -117,32 +131,37 @@ class Guard:
             if self._trusted:
                 raise
             return self._demote(f"raised {short_error(e)} on call {self.calls}", args)
-        self.call_seconds = perf_counter() - t0
+        self.s.call_seconds = perf_counter() - t0
         return out
 
     def _due_kind(self, kind: tuple) -> bool:
         """The sparse policy: whether a call whose inputs are of ``kind`` is checked (verify.py: the
-        schedule, new kinds of input, and the check budget, which only ever postpones a scheduled check)."""
-        new_kind = kind not in self.kinds
-        self.kinds.add(kind)
-        calls = self.calls
-        if calls == 1:
-            self._next = 2
-            return not self._checked_first
+        schedule, a build's first call, new kinds of input, and the check budget, which only ever
+        postpones a scheduled check)."""
+        s = self.s
+        new_kind = kind not in s.kinds
+        s.kinds.add(kind)
+        calls = s.calls
+        if self._first:  # this build's first call: call 1, or the first after a recompile of the graph
+            if calls >= s.next:
+                s.next = verify.next_scheduled(calls)
+            if not self._checked_first:
+                return True
+            self._first = False
         if (self._watch_nonfinite and any(k in ("nan", "inf") for k in kind)) or new_kind:
-            if calls >= self._next:  # it stands for the scheduled check too
-                self._next = verify.next_scheduled(calls)
+            if calls >= s.next:  # it stands for the scheduled check too
+                s.next = verify.next_scheduled(calls)
             # a new kind, or an op the backend's claims mark unsafe on NaN/inf (then every such call): checked
             return True
-        if calls < self._next:
+        if calls < s.next:
             return False
-        # a scheduled check (or one the budget postponed): taken once the checks, this one included, cost
-        # at most ``budget`` of the time the graph's calls took so far
-        allowed = verify.within_budget(calls, self.spent + self._last_cost, self.call_seconds, self.budget)
+        # a scheduled check (or one the budget postponed): past call 8, taken once the checks, this one
+        # included, cost at most ``budget`` of the time the graph's calls took so far
+        allowed = verify.within_budget(calls, s.spent + s.last_cost, s.call_seconds, self.budget)
         if calls > verify.BUDGET_AFTER and allowed > calls:
-            self._next = allowed
+            s.next = allowed
             return False
-        self._next = verify.next_scheduled(calls)
+        s.next = verify.next_scheduled(calls)
         return True
 
     def _demote(self, reason: str, args: Sequence[Any] | None) -> Any:

@@ -49,7 +49,7 @@ for name in sys.argv[2:] or ("mlp", "bert"):
     # the same figure by parts, each timed in this run: the per-call bookkeeping (input kind + schedule),
     # and one check, which steady state pays once per 1024 calls
     with torch.no_grad():
-        g.calls = 5000
+        g.s.calls = 5000
         t0 = time.perf_counter()
         for _ in range(2000):
             g._due(flat)

@@ -7,6 +7,7 @@ rebuild the backend by name. Each computes the graph with its own ``forward`` an
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import time
 
@@ -146,6 +147,27 @@ class AbortsUnderGrad(_Fault):
         return super().compile(request)
 
 
+class RecordsItsGraphs(_Fault):
+    """Honest; writes down each graph it is given to build (which process, static or symbolic, the user
+    inputs' sizes) as a JSON line in the file $FAULTY_BACKENDS_RECORD names, in a trial's child as here."""
+
+    name = "fault_records_graphs"
+    dynamic_shapes = True  # it builds a symbolic graph once for every size (its forward takes the sizes)
+
+    def compile(self, request):
+        path = os.environ.get("FAULTY_BACKENDS_RECORD")
+        if path:
+            ir = request.ir
+            shapes = [
+                [str(d) for d in n.meta["val"].shape]
+                for n, k in zip(ir.placeholders, ir.input_kinds)
+                if k == "input" and isinstance(n.meta.get("val"), torch.Tensor)
+            ]
+            with open(path, "a") as f:
+                f.write(json.dumps({"pid": os.getpid(), "static": ir.is_static, "shapes": shapes}) + "\n")
+        return super().compile(request)
+
+
 class RaisingObserver:
     """A plugin whose observer raises."""
 
@@ -172,4 +194,5 @@ def torchmux_add_backends():
         Segfaults(),
         HangsInCall(),
         HangsInCompile(),
+        RecordsItsGraphs(),
     ]

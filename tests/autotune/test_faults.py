@@ -302,9 +302,11 @@ def test_truncated_onnx_model_is_set_aside_and_rebuilt_once(tmp_path, monkeypatc
     assert third.cache_hit and not list(tmp_path.glob("onnxruntime/*/*.untrusted.untrusted"))
 
 
-def test_nonfinite_unsafe_ops_are_checked_on_every_nonfinite_call():
+def test_nonfinite_unsafe_ops_are_checked_on_every_nonfinite_call(tmp_path, monkeypatch):
     """A graph holding an op its backend declares unsafe on NaN is checked on every NaN call, not just the first."""
     from torchmux.autotune import verify
+
+    monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path))  # no schedule of an earlier test's f goes on here
 
     backend = get_registry().get("fault_none")
     inputs = [x_(i) for i in range(6)]
@@ -312,7 +314,8 @@ def test_nonfinite_unsafe_ops_are_checked_on_every_nonfinite_call():
         x[0, 0] = math.nan
     counted = []
     real = verify.check_call
-    for unsafe in (frozenset(), frozenset({"aten.relu.default"})):
+    for i, unsafe in enumerate((frozenset(), frozenset({"aten.relu.default"}))):
+        monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path / str(i)))  # a schedule of its own
         torch._dynamo.reset()
         backend.nonfinite_unsafe = unsafe
         compiled = torchmux.compile(f, backend="fault_none", options={"verify": "sparse"})
@@ -328,17 +331,18 @@ def test_nonfinite_unsafe_ops_are_checked_on_every_nonfinite_call():
         finally:
             verify.check_call, backend.nonfinite_unsafe = real, frozenset()
         counted.append(len(checks))
-    # calls 1 2 3 4 5 6: declared safe -> 1, 2 (first NaN, scheduled), 4; unsafe -> every NaN call 2..6 too
-    assert counted == [3, 6], counted
+    # calls 1 2 3 4 5 6: declared safe -> 1, 2 (the first NaN); unsafe -> every NaN call 2..6 too
+    assert counted == [2, 6], counted
 
 
-def test_sparse_checks_the_schedule_and_each_new_kind_of_input(monkeypatch):
-    """The sparse policy checks calls 1, 2, 4, 8, ... and the first call whose input is of a new kind: a new
+def test_sparse_checks_the_schedule_and_each_new_kind_of_input(monkeypatch, tmp_path):
+    """The sparse policy checks calls 1, 8, 16, 32, ... and the first call whose input is of a new kind: a new
     magnitude band, the first NaN, the first inf; a NaN again, off the schedule, is not checked. (The check
     budget, which may postpone a scheduled check on a graph this small, is lifted: the schedule alone.)"""
     from torchmux.autotune import verify
 
     monkeypatch.setattr(verify, "CHECK_BUDGET", math.inf)
+    monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path))  # no schedule of an earlier test's f goes on here
 
     inputs = [x_(i) for i in range(40)]
     inputs[20] = inputs[20] * 1e6  # call 21: a new magnitude band
@@ -360,7 +364,7 @@ def test_sparse_checks_the_schedule_and_each_new_kind_of_input(monkeypatch):
             torch.testing.assert_close(compiled(x), f(x), equal_nan=True)
     finally:
         verify.check_call = real
-    assert checked == [1, 2, 4, 8, 16, 21, 27, 32, 33], checked
+    assert checked == [1, 8, 16, 21, 27, 32, 33], checked
     scheduled = [c for c in range(1, 50_000) if verify.scheduled(c)]
     assert all(verify.next_scheduled(c) == next(s for s in scheduled if s > c) for c in range(1, 40_000, 7))
 
@@ -650,7 +654,7 @@ FAULT_ROWS = [
 ]
 
 
-def two_shapes(backend, *, grad=False, dynamic=None, batches=(4,) * 8 + (6,) * 2 + (4,)):
+def two_shapes(backend, *, grad=False, dynamic=None, batches=(4,) * 8 + (6,) * 2 + (4,), deadline=3.0, **options):
     """The issue's program: an MLP called 8 times at batch 4, twice at batch 6, once more at batch 4 (with
     ``grad``: forward and ``backward()`` each call). Checks what the user got against eager after every
     call (inputs untouched, gradients) and after the last (no output overwritten by a later call); returns
@@ -659,7 +663,9 @@ def two_shapes(backend, *, grad=False, dynamic=None, batches=(4,) * 8 + (6,) * 2
     model = _MLP()
     reference = _MLP()
     reference.load_state_dict(model.state_dict())
-    compiled = torchmux.compile(model, backend=backend, dynamic=dynamic, options={"trial_deadline": 3.0})
+    compiled = torchmux.compile(
+        model, backend=backend, dynamic=dynamic, options={"trial_deadline": deadline, **options}
+    )
     inputs = [torch.randn(n, 8, generator=torch.Generator().manual_seed(i)) for i, n in enumerate(batches)]
     outs, expected = [], []
     t0 = time.monotonic()
@@ -720,6 +726,30 @@ def test_a_symbolic_graph_from_the_first_call_is_tried_checked_and_guarded(name,
     assert len(warned) == 1 and name in messages[0] and reason in messages[0], messages
 
 
+def test_a_symbolic_graphs_trial_runs_in_a_child_on_its_static_specialization(tmp_path, monkeypatch):
+    """``dynamic=True``: the first graph is symbolic (no pickle of it reaches a child). Its backend's
+    isolated trial runs in the child on the graph specialized to the call's sizes (static, 5x8 here);
+    then, tried, the backend builds the symbolic graph in this process, once, for every size."""
+    record = tmp_path / "graphs.jsonl"
+    monkeypatch.setenv("FAULTY_BACKENDS_RECORD", str(record))  # the child started below inherits it
+    monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(isolate, "_SERVER", isolate.TrialChild())
+    try:
+        compiled = torchmux.compile(f, backend="fault_records_graphs", dynamic=True, options={"isolate": "all"})
+        inputs = [torch.randn(5, 8), torch.randn(7, 8)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", TorchmuxFallbackWarning)  # tried and safe: no fallback
+            assert_eager([compiled(x) for x in inputs], inputs)
+        assert isolate._SERVER.trials == 1
+    finally:
+        isolate._SERVER.stop()
+    built = [json.loads(line) for line in record.read_text().splitlines()]
+    child = [b for b in built if b["pid"] != os.getpid()]
+    here = [b for b in built if b["pid"] == os.getpid()]
+    assert child and all(b["static"] and b["shapes"] == [["5", "8"]] for b in child), built
+    assert len(here) == 1 and not here[0]["static"], built  # the symbolic graph, built once in this process
+
+
 GRAD_ROWS = FAULT_ROWS
 
 
@@ -735,6 +765,92 @@ def test_a_second_shape_with_gradients(name, reason, mode, tmp_path, monkeypatch
     messages = [str(w.message) for w in warned]
     assert len(warned) <= 2 and all(name in m and (reason in m or "wrong answer" in m) for m in messages), messages
     assert warned or mode == "list"
+
+
+#: rows a candidate's trial catches (its compile and first two checked calls): auto, verbose, names them;
+#: the others turn wrong or raise only later (the trial compares its first answer's values), and matter
+#: under auto only where auto chose that backend: its check of the user's call 1 catches them
+CAUGHT_IN_TRIAL = {r[0] for r in FAULT_ROWS} - {"fault_wrong_late", "fault_wrong_2nd", "fault_raises_5th"}
+#: under auto a backend raising on its 5th call raises while it is timed (the reason says so)
+AUTO_REASONS = {"fault_raises_5th": "kernel launch failed"}
+
+
+@pytest.fixture(scope="module")
+def competitors_cache(tmp_path_factory):
+    """One cache for the plain-auto rows: the built-in backends' builds (ONNX models, Inductor's FX graphs)
+    and their trials' verdicts on the MLP's graphs are made once, by the first row that needs them, and
+    are cache hits for the rest; each row's fault backend is another candidate set, so measured anew.
+    Made here with the default deadline (a cold Inductor build on a busy machine may take more than the
+    rows' 3 s), with and without gradients."""
+    folder = tmp_path_factory.mktemp("auto-competitors")
+    old = os.environ.get("TORCHMUX_CACHE_DIR")
+    os.environ["TORCHMUX_CACHE_DIR"] = str(folder)
+    try:
+        for grad in (False, True):
+            torch._dynamo.reset()
+            two_shapes("auto", grad=grad, deadline=30.0)
+    finally:
+        if old is None:
+            del os.environ["TORCHMUX_CACHE_DIR"]
+        else:
+            os.environ["TORCHMUX_CACHE_DIR"] = old
+    return folder
+
+
+@pytest.fixture
+def competing():
+    """Make a fault backend one of plain ``backend="auto"``'s candidates for one test, as a third-party
+    plugin that does not opt out of auto is; it is taken out of auto again afterwards."""
+    made: list = []
+
+    def add(name):
+        backend = get_registry().get(name)
+        backend.auto = True  # the instance's: the class keeps auto = False for every other test
+        made.append(backend)
+
+    yield add
+    for backend in made:
+        del backend.auto
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+@pytest.mark.parametrize("name, reason", FAULT_ROWS, ids=[r[0] for r in FAULT_ROWS])
+def test_a_second_shape_under_plain_auto(name, reason, grad, competitors_cache, competing, monkeypatch):
+    """``backend="auto"`` with the faulty backend installed beside the built-ins (eager, Inductor, ONNX
+    Runtime, Triton's interpreter here): the two-shape program gets eager's answers (and gradients) on
+    every call, its inputs untouched, no output overwritten, the process alive; a fault the trial catches
+    is named once per graph (auto names failed candidates when verbose) with its reason; a hang costs
+    the user one trial deadline (3 s) and at most a child's start beside the other candidates' builds."""
+    monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(competitors_cache))
+    monkeypatch.setenv("TORCHMUX_VERBOSE", "1")
+    competing(name)
+    chosen: list[str] = []
+
+    class Spy:
+        @staticmethod
+        @torchmux.hookimpl
+        def torchmux_candidate_measured(ir, backend, seconds, ok, reason, chosen, eager_ops):
+            if chosen:
+                picked.append(backend)
+
+    picked = chosen
+    torchmux.register_plugin(Spy(), f"spy_{name}_{grad}")
+    try:
+        warned, seconds = two_shapes("auto", grad=grad, autotune_budget=0.05)  # timing is not what is tested
+    finally:
+        get_registry().pm.unregister(name=f"spy_{name}_{grad}")
+    # what names it as a failed candidate ("fault_x crashed with ..."), not a list of the candidates
+    about = [str(w.message) for w in warned if f"{name} " in str(w.message)]
+    assert len(about) <= (2 if grad else 1), about
+    reason = AUTO_REASONS.get(name, reason)
+    assert all(reason in m or "wrong answer" in m for m in about), about
+    if name in CAUGHT_IN_TRIAL:
+        assert about, [str(w.message) for w in warned]
+        assert name not in chosen, chosen
+    elif name in chosen:  # it ran the user's calls: its later fault was caught and demoted it
+        assert about, [str(w.message) for w in warned]
+    if "hang" in name:
+        assert seconds < 3.0 + isolate.STARTUP_SECONDS, seconds
 
 
 def test_the_default_deadline_is_well_under_a_minute_and_holds(monkeypatch, tmp_path):
@@ -817,16 +933,16 @@ def test_a_swapped_onnx_model_is_never_run(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------ what checking costs
-def test_the_check_budget_postpones_a_scheduled_check_and_never_drops_it():
-    """A graph so small that a check costs many of its calls: calls 1, 2, 4 and 8 are checked, then the
-    scheduled checks wait until the checks fit in CHECK_BUDGET of the calls' time; a backend wrong from
-    its 20th call (the user's 18th) is still caught, later than call 32, and every answer after that is
-    eager's."""
+def test_the_check_budget_postpones_a_scheduled_check_and_never_drops_it(tmp_path, monkeypatch):
+    """A graph so small that a check costs many of its calls: calls 1 and 8 are checked, then the
+    scheduled checks (16, 32, ...) wait until the checks fit in CHECK_BUDGET of the calls' time; a backend
+    wrong from its 20th call (the user's 18th) is still caught, later than call 16, and every answer
+    after that is eager's."""
     from torchmux.autotune import verify
 
+    monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path))  # a schedule of its own
     assert verify.within_budget(10, 1.0, 0.1, 0.1) == 100 and verify.within_budget(200, 1.0, 0.1, 0.1) == 200
     assert verify.within_budget(3, 5.0, 0.0, 0.1) == 3  # no call timed yet: nothing to weigh against
-    inputs = [x_(i) for i in range(600)]
     checked: list[int] = []
     now = [0]
     real = verify.check_call
@@ -837,21 +953,52 @@ def test_the_check_budget_postpones_a_scheduled_check_and_never_drops_it():
         return real(*a, **k)
 
     verify.check_call = counting
+    outs, inputs = [], []
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            outs = []
-            for now[0], x in enumerate(inputs, 1):
-                outs.append(compiled(x))
+            while len(checked) < 3 and now[0] < 100_000:  # the third check catches it, wherever it falls
+                now[0] += 1
+                inputs.append(x_(now[0] % 64))
+                outs.append(compiled(inputs[-1]))
     finally:
         verify.check_call = real
     warned = [str(w.message) for w in caught if issubclass(w.category, TorchmuxFallbackWarning)]
     assert len(warned) == 1 and "wrong answer" in warned[0], warned
-    assert checked[:4] == [1, 2, 4, 8], checked
-    caught_at = checked[4]  # the first check after call 8: the one that finds the wrong answers
-    assert caught_at > 32, checked  # postponed past the schedule's 32 (a check costs many calls of f)
+    assert checked[:2] == [1, 8], checked
+    caught_at = checked[2]  # the first check after call 8: the one that finds the wrong answers
+    assert caught_at > 16, checked  # postponed past the schedule's 16 (a check costs many calls of f)
     assert all(not torch.allclose(o, f(x)) for o, x in zip(outs[17 : caught_at - 1], inputs[17 : caught_at - 1]))
-    assert all(torch.allclose(o, f(x)) for o, x in zip(outs[caught_at - 1 :], inputs[caught_at - 1 :]))
+    assert torch.allclose(outs[caught_at - 1], f(inputs[caught_at - 1]))  # the call that caught it: eager's answer
+    for x in [x_(i) for i in range(5)]:
+        torch.testing.assert_close(compiled(x), f(x))  # and every call after it
+
+
+def test_the_schedule_goes_on_after_a_recompile(tmp_path, monkeypatch):
+    """``torch._dynamo.reset()`` and a recompile of the same graph: the new build's first call is checked
+    (a new build's first answer), and the schedule goes on from the calls the graph already had in this
+    process (its next check at call 32), instead of checking calls 1 and 8 of the new build again."""
+    from torchmux.autotune import verify
+
+    monkeypatch.setattr(verify, "CHECK_BUDGET", math.inf)  # the schedule alone
+    monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path))
+    checked: list[int] = []
+    now = [0]
+    real = verify.check_call
+
+    def counting(*a, **k):  # notes the call number, then runs the real check
+        checked.append(now[0])
+        return real(*a, **k)
+
+    monkeypatch.setattr(verify, "check_call", counting)
+    for _build in range(2):
+        torch._dynamo.reset()
+        compiled = torchmux.compile(f, backend="fault_none", options={"isolate": "off"})
+        for _ in range(20):
+            now[0] += 1
+            x = x_(now[0])
+            torch.testing.assert_close(compiled(x), f(x))
+    assert checked == [1, 8, 16, 21, 32], checked  # the second build: its first call (21), then the schedule's 32
 
 
 def test_a_check_costs_about_an_eager_call():
