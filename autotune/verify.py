@@ -29,8 +29,8 @@ the schedule goes on from the calls the graph already had: a graph past call 1,0
 the steady state). A check is one run of the graph's own ATen code on one thread (an eager call), a copy
 of the user inputs, the backend's call on it and the comparison (core/compare.py: a few passes in the
 outputs' precision). Measured (``python -m torchmux.bench.scripts.check_cost``, one thread, batch 1,
-ONNX Runtime chosen): 1.6-2.0 eager calls beyond the call it answers on the pointwise chain, the
-ResNet, the attention block and tiny BERT, 4.0 on the MLP, whose 6 MB of weights the reference reads
+ONNX Runtime chosen but on T5, Inductor): 1.3-2.1 eager calls beyond the call it answers on eight of
+the zoo's nine models, 4.0 on the MLP, whose 6 MB of weights the reference reads
 while ONNX Runtime's own packed copy is evicted from the CPU's caches (the two alternating take 1.5
 ms where each alone takes 0.5 and 0.2):
 what two implementations of one graph cost side by side, not a copy or a comparison. So the schedule
@@ -43,9 +43,9 @@ torchmux's work around it, is longer, so the share of the user's time is smaller
 postponed, never dropped. A new kind of input and the ``nonfinite_unsafe`` rule are never postponed.
 So over a graph's first N calls (N >= 8; call 1 aside) the checks add at most the check at call 8 plus
 2.5% of the calls' time: measured on the zoo at one thread, batch 1, auto's mean call over its first
-100 calls is 1.024-1.047x its steady state and over the first 1,000 1.009-1.015x (mlp, pointwise,
-resnet, attention, bert; it was 1.09-1.16x and 1.006-1.017x with calls 2 and 4 also checked and a 10%
-budget).
+100 calls is 1.020-1.047x its steady state and over the first 1,000 1.005-1.015x (the zoo's nine
+models; it was 1.09-1.16x and 1.006-1.017x on mlp, pointwise and resnet with calls 2 and 4 also
+checked and a 10% budget).
 
 **What is caught, and when** (sparse). A backend whose answers go wrong from call k on, on inputs of a
 kind already seen, is caught at the first check at or after call k (the trial's two checked calls
@@ -54,7 +54,7 @@ schedule (at most 2k up to 8192, then within 8192 calls) unless the budget postp
 than the call where the checks so far fit in 2.5% of the time: a check costing c calls of the graph,
 with C checks made after call 1, waits until about call 40 * c * (C + 1). The schedule's doubling
 outgrows that after a few checks: with c = 2, checks fall at 1, 8, 160, 256, 512, 1024, ...; on the
-zoo at batch 1 (check_cost prints them) the first check after call 8 fell at calls 182-725. Inputs
+zoo at batch 1 (check_cost prints them) the first check after call 8 fell at calls 170-803. Inputs
 of a new kind (the first NaN, the first inf, a new magnitude band) are checked on their first call
 whatever the budget. Every wrong answer
 caught is answered by the reference; the ones returned before it are not.

@@ -172,7 +172,9 @@ def _snapshot_of(states: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default=DEFAULT_MODELS, help=f"zoo models, comma-separated (default {DEFAULT_MODELS})")
+    p.add_argument(
+        "--models", default=DEFAULT_MODELS, help=f"zoo models, comma-separated, or 'all' (default {DEFAULT_MODELS})"
+    )
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--calls", type=int, default=1000)
@@ -186,7 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     head = "| model | auto's backend | eager ms | steady ms | " + " | ".join(f"first {w}" for w in WINDOWS)
     print(head + " | checks in 10/100/1000 | one check, eager calls (median, max) |")
     print("|" + "---|" * (len(WINDOWS) + 6))
-    for name in a.models.split(","):
+    from torchmux.bench.zoo import ZOO
+
+    for name in list(ZOO) if a.models == "all" else a.models.split(","):
         r = measure(name, a.batch_size, a.rounds, a.calls)
         cells = [
             f"{r[f'first{w}'][0]:.3f} [{r[f'first{w}'][1]:.2f}-{r[f'first{w}'][2]:.2f}]" if f"first{w}" in r else "-"
