@@ -59,7 +59,8 @@ def test_json_has_every_figure(small_run: tuple[int, Path, str]) -> None:
             assert key in row, f"{system} lacks {key}"
         lat = row["latency_ms"]
         assert len(row["samples_ms"]) == 3
-        assert row["warm_up_calls"] == report["settings"]["warm_up"]["calls"]  # a tiny MLP: every warm-up call
+        # every warm-up call, unless a loaded machine ran the MLP past the warm-up's time limit first
+        assert 0 < row["warm_up_calls"] <= report["settings"]["warm_up"]["calls"]
         assert lat["min"] <= lat["q1"] <= lat["median"] <= lat["q3"] <= lat["max"]
         assert row["matches_eager"] is True and row["max_abs_diff"] <= 1e-4
         assert row["memory_mb"]["kind"] == "rss" and row["memory_mb"]["peak"] > 50  # torch alone is more
