@@ -29,6 +29,7 @@ import hashlib
 import hmac
 import io
 import json
+import math
 import os
 import platform
 import zipfile
@@ -118,10 +119,10 @@ def program_weights(data: bytes) -> dict[str, Any] | None:
                 strides = [d.get("as_int") for d in meta.get("strides", [])]
                 if dtype is None or None in sizes or (meta.get("storage_offset") or {}).get("as_int") != 0:
                     return None
-                contiguous = [int(np.prod(sizes[i + 1 :])) for i in range(len(sizes))]
+                contiguous = [math.prod(sizes[i + 1 :]) for i in range(len(sizes))]
                 if any(n > 1 and s != c for n, s, c in zip(sizes, strides, contiguous)):
                     return None
-                count = int(np.prod(sizes))
+                count = math.prod(sizes)
                 raw = bytearray(z.read(folder + entry["path_name"]))  # writable: torch.from_numpy takes it as is
                 out[fqn] = np.frombuffer(raw, dtype=dtype, count=count).reshape(sizes)
     return out
