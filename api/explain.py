@@ -61,6 +61,17 @@ _ADVICE: tuple[tuple[str, str], ...] = (
         "otherwise keep the value a tensor (torch.where instead of an if)",
     ),
     (
+        "generic_jump SymNode",
+        "an if on a size that depends on the data (the rows a boolean mask selects: len(y) == 0): where the "
+        "code never takes that branch on real inputs, say it with torch._check(len(y) > 0) before the if; "
+        "otherwise keep both outcomes tensors (torch.where) so no Python branch is needed",
+    ),
+    (
+        "data-dependent size",
+        "an if on a size that depends on the data: where the code never takes that branch on real inputs, "
+        "say it with torch._check(...) before the if; otherwise keep both outcomes tensors (torch.where)",
+    ),
+    (
         "Data-dependent branching",
         "an if/while on a tensor's value that the mend pass could not rewrite (a branch with effects other "
         "than assignments and logs): compute both sides and pick with torch.where, or use torch.cond",

@@ -979,6 +979,7 @@ def test_each_remaining_break_kind_says_what_to_change() -> None:
         ("Could not guard on data-dependent expression Eq(u0, 1)", "torch._check"),
         ("frame skipped by Dynamo: Observed exception (Explanation: ...)", "backward that raises"),
         ("Attempted to call function marked as skipped", "allow_in_graph"),
+        ("generic_jump SymNodeVariable()", "torch._check(len(y) > 0)"),
     ):
         assert words in what_to_change(reason)
         text = str(BreakReason(reason, "/user/model.py", 7, "y = f(x)"))
