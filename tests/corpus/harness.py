@@ -48,6 +48,7 @@ class Result:
     rewrites: tuple[str, ...] = ()
     unnormalized: tuple[str, ...] = ()  # graphs torchmux could not normalize to its IR (they ran as captured)
     capture_s: float = 0.0  # the first compiled call: mending (if any), tracing and compiling, and running once
+    slower_rewrites: bool = False  # the verdict captured the code as written: the rewrites' capture took over 2x
 
     @property
     def full_graph(self) -> bool:
@@ -211,7 +212,8 @@ def run(program: Any, mode: str = "torchmux") -> Result:
     else:
         graphs, breaks, rewrites = rep.graph_count, rep.graph_break_count, tuple(rep.rewrites)
     errors = tuple(g.error for g in getattr(rep, "graphs", []) if getattr(g, "error", None))
-    return Result(program.name, mode, graphs, breaks + skipped, not why, why, rewrites, errors, seconds)
+    slower = any("rewritten capture took" in r for r in getattr(rep, "reverted", ()))
+    return Result(program.name, mode, graphs, breaks + skipped, not why, why, rewrites, errors, seconds, slower)
 
 
 def capture_seconds(program: Any, use_mend: bool) -> float:
