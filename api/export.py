@@ -38,6 +38,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -153,7 +154,6 @@ def _ship(
     from ..autotune.verify import check_call
 
     program = captured.program
-    weights = lambda: {k: v.detach().cpu().numpy() for k, v in {**program.state_dict, **program.constants}.items()}  # noqa: E731
     saved: dict[str, SavedGraph] = {}
     shipped: dict[str, Callable[..., Any]] = {}
     for m in results:
@@ -166,6 +166,7 @@ def _ship(
             if artifact is not None:
                 opts = config.options_for(m.backend)
                 device = flat[0].device.type if flat else "cpu"
+                weights = partial(pkg.numpy_weights, program)
                 fn = b.load(LoadRequest(artifact, device, torch.get_num_threads(), opts, lambda: program, weights))
                 saved[m.backend] = artifact
         except Exception as e:  # a backend that cannot save or load here is rebuilt at load: never a failed export

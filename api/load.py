@@ -201,8 +201,7 @@ class LoadedModel(_Call):
             found = pkg.program_weights(self.reader.read(pkg.PROGRAM))
             if found is not None:
                 return found
-        program = self.program()
-        return {k: v.detach().cpu().numpy() for k, v in {**program.state_dict, **program.constants}.items()}
+        return pkg.numpy_weights(self.program())
 
     def _candidate(self, name: str) -> dict[str, Any] | None:
         return next((c for c in self.plan["candidates"] if c["backend"] == name), None)

@@ -49,6 +49,7 @@ __all__ = [
     "PackageReader",
     "machine_kind",
     "program_runner",
+    "numpy_weights",
     "program_weights",
     "signing_key",
     "write_package",
@@ -126,6 +127,18 @@ def program_weights(data: bytes) -> dict[str, Any] | None:
                 raw = bytearray(z.read(folder + entry["path_name"]))  # writable: torch.from_numpy takes it as is
                 out[fqn] = np.frombuffer(raw, dtype=dtype, count=count).reshape(sizes)
     return out
+
+
+def numpy_weights(program: Any) -> dict[str, Any]:
+    """An ``ExportedProgram``'s weights and constant tensors by name as NumPy arrays on the CPU (views where
+    they are on the CPU already), those NumPy can hold (not bfloat16): :func:`program_weights` for a
+    program in memory."""
+    tensors = {**program.state_dict, **program.constants}
+    return {
+        k: v.detach().cpu().numpy()
+        for k, v in tensors.items()
+        if isinstance(v, torch.Tensor) and str(v.dtype).removeprefix("torch.") in PT2_DTYPES.values()
+    }
 
 
 def signing_key() -> tuple[str, bytes]:

@@ -21,7 +21,7 @@ import torchmux
 from torchmux.api.load import PackageInputError
 from torchmux.bench import zoo
 from torchmux.core.errors import BadArgumentError
-from torchmux.core.package import PT2_DTYPES, PackageError, PackageReader, program_weights
+from torchmux.core.package import PT2_DTYPES, PackageError, PackageReader, numpy_weights, program_weights
 
 Dim = torch.export.Dim
 
@@ -155,6 +155,12 @@ def test_program_weights_reads_torch_exports_dtype_numbers() -> None:
     arrays = program_weights(buf.getvalue())
     assert arrays is not None and arrays["1.num_batches_tracked"].dtype.name == "int64"
     assert all(torch.equal(torch.from_numpy(arrays[k].copy()), v.detach()) for k, v in program.state_dict.items())
+    assert set(numpy_weights(program)) == set(arrays)  # the same, from a program in memory
+    # bfloat16, which NumPy cannot hold: the archive is not taken apart, and no array is made of it
+    bf = torch.export.export(nn.Linear(2, 2).to(torch.bfloat16).eval(), (torch.randn(1, 2, dtype=torch.bfloat16),))
+    buf = io.BytesIO()
+    torch.export.save(bf, buf)
+    assert program_weights(buf.getvalue()) is None and numpy_weights(bf) == {}
 
 
 def test_loads_where_onnxruntime_cannot_be_imported(mlp, mlp_ort) -> None:
