@@ -103,18 +103,18 @@ class Registry:
         if not found:
             found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
         for ep in found if only is None else found.select(name=only):
-            package = ep.dist.name if ep.dist is not None else "?"
-            if package != SELF_DIST and not third_party:
-                self.skipped.append(f"{ep.name} ({package})")
+            dist = ep.dist.name if ep.dist is not None else "?"
+            if dist != SELF_DIST and not third_party:
+                self.skipped.append(f"{ep.name} ({dist})")
                 continue
             if self.pm.has_plugin(ep.name):
                 continue
             try:
                 plugin = ep.load()
             except Exception as e:  # a broken plugin never takes torchmux down
-                self._problem(ep.name, package, f"failed to import {ep.value!r}: {type(e).__name__}: {e}")
+                self._problem(ep.name, dist, f"failed to import {ep.value!r}: {type(e).__name__}: {e}")
                 continue
-            self._register(plugin, ep.name, package)
+            self._register(plugin, ep.name, dist)
 
     def _register_module(self, module: str, name: str, package: str) -> None:
         try:

@@ -21,11 +21,6 @@ from torchmux.extend import GraphIR, export_program, size_outputs, tensor_inputs
 EXPORT_FORMAT = 4  # bump whenever export_onnx changes what it writes: old cache entries then miss
 # 20 is the first opset with a Gelu op; at 18 (torchlib's default) GELU is five elementwise ops
 OPSET = 20
-# torch dtype -> ONNX TensorProto data type, for the dtypes NumPy holds (bfloat16 is not one)
-_ONNX_DTYPES = {
-    torch.float32: 1, torch.uint8: 2, torch.int8: 3, torch.int16: 5, torch.int32: 6, torch.int64: 7,
-    torch.bool: 9, torch.float16: 10, torch.float64: 11,
-}  # fmt: skip
 IR_VERSION = 10  # torch's exporter writes 10; ONNX Runtime 1.31 reads up to 13 (onnx 1.23 alone would write 14)
 
 _registry_lock = threading.Lock()
@@ -145,9 +140,13 @@ def weights_by_reference(data: bytes, weights: Mapping[str, Any]) -> tuple[bytes
 
     index: dict[tuple[Any, ...], str] = {}
     for name, t in weights.items():
-        if isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.dtype in _ONNX_DTYPES:
-            raw = t.detach().contiguous().numpy().tobytes()
-            index.setdefault(key(_ONNX_DTYPES[t.dtype], t.shape, raw), name)
+        if not isinstance(t, torch.Tensor) or t.device.type != "cpu":
+            continue
+        try:
+            array = t.detach().contiguous().numpy()
+        except TypeError:  # a dtype NumPy cannot hold (bfloat16): the model keeps that initializer itself
+            continue
+        index.setdefault(key(onnx.helper.np_dtype_to_tensor_dtype(array.dtype), t.shape, array.tobytes()), name)
     model = onnx.load_from_string(data)
     refs: dict[str, str] = {}
     for init in model.graph.initializer:
