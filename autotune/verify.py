@@ -273,9 +273,9 @@ def check_call(
     """Run ``fn`` on copies of ``args`` and judge it: returns (its outputs, None) or (None, the reason).
 
     ``twice``: call it a second time on other copies and fail it if the first outputs changed or share
-    a buffer with the second (a backend that reuses its output buffers). The second answer's values are
-    not compared: a backend wrong from its second call is caught by the Guard's check of the user's
-    call 1 (testing/kit.py judges it as its own check, ``second_call``).
+    a buffer with the second (a backend that reuses its output buffers), or if the second answer is
+    wrong ("wrong answer on its second call": a backend that caches, or turns wrong once warm, is caught
+    in the trial under auto, not only when auto picks it; testing/kit.py files it as ``second_call``).
     Exceptions from ``fn`` propagate (the caller names them "crashed").
     """
     kinds = ir.input_kinds
@@ -306,6 +306,9 @@ def check_call(
         shared = set(_storages(out)) & set(_storages(again)) - {-1} - set(_storages(args))
         if shared or any(isinstance(o, torch.Tensor) and not _same(o, k) for o, k in zip(out, kept)):
             return None, "overwrites the outputs it returned earlier with a later call's (reused output buffers)"
+        wrong = compare(ir, again, ref)
+        if wrong:
+            return None, f"wrong answer on its second call: {wrong}"
     return out, None
 
 

@@ -68,7 +68,8 @@ __all__ = ["CHECKS", "Item", "Result", "conformance_tests", "plan", "resolve_bac
 CHECKS = ("values", "inputs", "aliasing", "fresh", "second_call", "nonfinite", "sizes", "model")
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: the runtime's reasons (autotune/verify.py ``check_call``), by the check that produced them
-_REASONS = {
+_REASONS = {  # the first key found in a reason names its check
+    "on its second call": "second_call",
     "wrong answer": "values",
     "changed its input": "inputs",
     "sharing memory": "aliasing",

@@ -770,7 +770,10 @@ def test_a_second_shape_with_gradients(name, reason, mode, tmp_path, monkeypatch
 #: rows a candidate's trial catches (its compile and first two checked calls): auto, verbose, names them;
 #: the others turn wrong or raise only later (the trial compares its first answer's values), and matter
 #: under auto only where auto chose that backend: its check of the user's call 1 catches them
-CAUGHT_IN_TRIAL = {r[0] for r in FAULT_ROWS} - {"fault_wrong_late", "fault_wrong_2nd", "fault_raises_5th"}
+CAUGHT_IN_TRIAL = {r[0] for r in FAULT_ROWS} - {
+    "fault_wrong_late",
+    "fault_raises_5th",
+}  # the trial compares both its calls
 #: under auto a backend raising on its 5th call raises while it is timed (the reason says so)
 AUTO_REASONS = {"fault_raises_5th": "kernel launch failed"}
 
