@@ -16,7 +16,9 @@ backend from the program (:meth:`LoadedModel._rebuild`) imports them when it hap
 
 from __future__ import annotations
 
+import collections
 import io
+import operator
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -55,6 +57,97 @@ def _spec(text: str) -> pytree.TreeSpec:
         ) from e
 
 
+def _builder(spec: pytree.TreeSpec) -> Callable[[Sequence[Any]], Any]:
+    """A function of the flat outputs that rebuilds ``spec``'s structure, as ``tree_unflatten`` does, made
+    once at load so that a call pays no generic walk of the spec: a leaf is an index, a tuple, list or
+    dict is built in place, any other registered node calls its own ``unflatten_fn``.
+
+    One such node costs more than the rest of a package's call at batch 1: a Hugging Face ``ModelOutput``,
+    whose constructor (a dataclass ``__init__`` and ``__post_init__``) takes 17-30 us on this CPU. A node
+    that is a dict subclass whose constructor only sets each child as an item and as an attribute of the
+    same name is built the same way without it: ``cls.__new__`` and the two setters. Which nodes qualify
+    is decided by building one from distinct placeholder tensors both ways and comparing the objects
+    (type, items in order, every attribute, identity of each child); any difference keeps the
+    constructor."""
+    if spec.is_leaf():
+        return operator.itemgetter(0)
+    getters: list[Callable[[Sequence[Any]], Any]] = []
+    start = 0
+    kids = spec.children() if hasattr(spec, "children") else spec.children_specs  # torch 2.13 renamed it
+    for child in kids:
+        end = start + child.num_leaves
+        if child.is_leaf():
+            getters.append(operator.itemgetter(start))
+        else:
+            getters.append(_part(start, end, _builder(child)))
+        start = end
+    children: Callable[[Sequence[Any]], list[Any]] = list  # every child a leaf: the outputs themselves
+    if not all(c.is_leaf() for c in kids):
+        children = lambda out: [g(out) for g in getters]  # noqa: E731
+    kind, context = spec.type, spec.context
+    if kind is tuple:
+        return lambda out: tuple(children(out))
+    if kind is list:
+        return children
+    if kind is dict:
+        return lambda out: dict(zip(context, children(out)))
+    unflatten = pytree.SUPPORTED_NODES[kind].unflatten_fn
+    fast = _items_and_attributes(kind, context, spec.num_leaves, children, unflatten)
+    if fast is not None:
+        return lambda out: fast(children(out))
+    return lambda out: unflatten(children(out), context)
+
+
+def _part(start: int, end: int, build: Callable[[Sequence[Any]], Any]) -> Callable[[Sequence[Any]], Any]:
+    return lambda out: build(out[start:end])
+
+
+def _items_and_attributes(
+    kind: type, context: Any, leaves: int, children: Callable[..., list[Any]], unflatten: Any
+) -> Callable[[list[Any]], Any] | None:
+    """For :func:`_builder`: a constructor-free builder of ``kind`` if it builds the same object, else None.
+    The constructor may set other attributes only to None (a dataclass's absent fields), the same for
+    two sets of placeholders (zeros, ones): an attribute computed from the children keeps it."""
+    if not (isinstance(kind, type) and issubclass(kind, dict)) or not isinstance(context, (list, tuple)):
+        return None
+    if not all(type(k) is str for k in context):
+        return None
+    setitem = next(c.__setitem__ for c in kind.__mro__ if c in (collections.OrderedDict, dict))
+    keys = list(context)
+    values = children([torch.zeros(1) for _ in range(leaves)])
+    try:
+        slow = unflatten(list(values), context)
+        other = unflatten(list(children([torch.ones(1) for _ in range(leaves)])), context)
+        # what the constructor sets beside the children (a dataclass's other fields): None, set as it did
+        extra = [(k, v) for k, v in vars(slow).items() if k not in keys]
+        if any(v is not None or vars(other).get(k, 0) is not None for k, v in extra):
+            return None
+    except Exception:  # noqa: BLE001 -- no instance dict to read back: its constructor stays
+        return None
+
+    def build(values: list[Any]) -> Any:
+        obj = kind.__new__(kind)
+        for k, v in extra:
+            object.__setattr__(obj, k, v)
+        for k, v in zip(keys, values):
+            setitem(obj, k, v)
+            object.__setattr__(obj, k, v)
+        return obj
+
+    try:
+        quick = build(list(values))
+        same = (
+            type(slow) is type(quick)
+            and list(slow.keys()) == list(quick.keys()) == keys
+            and all(slow[k] is quick[k] is v for k, v in zip(keys, values))
+            and sorted(vars(slow)) == sorted(vars(quick))
+            and all(vars(slow)[k] is vars(quick)[k] for k in vars(slow))
+        )
+    except Exception:  # noqa: BLE001 -- a type the shortcut cannot build: its constructor stays
+        return None
+    return build if same else None
+
+
 class _Call:
     """The per-call path of a package, shared by :class:`ExportedModel` and :class:`LoadedModel`: check
     each input against the plan, run the flat inputs, rebuild the output's structure."""
@@ -68,11 +161,34 @@ class _Call:
         # every input positional, each a tensor: the call's args are the flat inputs themselves
         self._positional = self._in_spec == pytree.tree_structure(((0,) * self._n, {}))
         self._single = self._out_spec == pytree.tree_structure(0)
+        self._build = _builder(self._out_spec)
         self._symbols = {k: (v[0], v[1]) for k, v in plan["symbols"].items()}
         self._checks = [
             (i, _DTYPES[s["dtype"]], s["device"], len(s["shape"]), tuple(s["shape"]))
             for i, s in enumerate(plan["inputs"])
         ]
+        # the per-call test, as few tensor reads as the checks allow (each is a cache miss after a run
+        # that walked the model's weights): the dtype, whether it is on the device, its size (equal to
+        # the static one, or each symbolic dimension within its range) and, under grad mode,
+        # requires_grad; an input that fails it goes to _explain, which names what is wrong
+        self._fast = [
+            (
+                i,
+                dtype,
+                f"is_{device}" if device in ("cpu", "cuda") else None,
+                None if any(type(d) is not int for d in shape) else torch.Size(shape),
+                rank,
+                [(d, w) for d, w in enumerate(shape) if type(w) is int],
+                [(d, *self._symbols.get(str(w), (0, None))) for d, w in enumerate(shape) if type(w) is not int],
+            )
+            for i, dtype, device, rank, shape in self._checks
+        ]
+        where: dict[str, list[tuple[int, int]]] = {}
+        for i, _, _, _, shape in self._checks:
+            for d, w in enumerate(shape):
+                if type(w) is not int:
+                    where.setdefault(str(w), []).append((i, d))
+        self._same = [places for places in where.values() if len(places) > 1]  # a symbol that recurs
 
     def _flat(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Sequence[Any]:
         if self._positional and not kwargs:
@@ -93,6 +209,30 @@ class _Call:
         return ", ".join(f"{s['dtype']}{s['shape']} on {s['device']}" for s in self.plan["inputs"])
 
     def _check(self, flat: Sequence[Any]) -> None:
+        grad = torch.is_grad_enabled()
+        for i, dtype, on, static, rank, fixed, ranges in self._fast:
+            a = flat[i]
+            if type(a) is not torch.Tensor or a.dtype is not dtype or on is None or not getattr(a, on):
+                return self._explain(flat)
+            size = a.shape
+            if static is not None:
+                if size != static:
+                    return self._explain(flat)
+            elif (
+                len(size) != rank
+                or any(size[d] != w for d, w in fixed)
+                or any(not lo <= size[d] <= (hi or size[d]) for d, lo, hi in ranges)
+            ):
+                return self._explain(flat)
+            if grad and a.requires_grad:
+                return self._explain(flat)
+        for places in self._same:
+            if len({flat[i].shape[d] for i, d in places}) > 1:
+                return self._explain(flat)
+        return None
+
+    def _explain(self, flat: Sequence[Any]) -> None:
+        """The full check, input by input, raising :class:`PackageInputError` with what is wrong."""
         seen: dict[str, int] = {}
         grad = torch.is_grad_enabled()
         for i, dtype, device, rank, shape in self._checks:
@@ -136,12 +276,11 @@ class _Call:
         out = self._fn(*flat)
         if self._single:
             return out[0]
-        return pytree.tree_unflatten(list(out), self._out_spec)
+        return self._build(out)
 
     def run_flat(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
-        """The flat inputs in, the flat outputs out (checked the same way): no output structure is rebuilt.
-        A Hugging Face ``ModelOutput`` costs ~100-180 us to construct on this CPU, as much as tiny BERT's
-        whole ONNX Runtime call at batch 1 spends outside its kernels; a server that wants tensors skips it."""
+        """The flat inputs in, the flat outputs out (checked the same way): no output structure is rebuilt
+        (what a server that wants tensors calls; the structure costs ~2 us, see :func:`_builder`)."""
         self._check(inputs)
         return list(self._fn(*inputs))
 

@@ -187,6 +187,47 @@ def test_inputs_are_checked_against_the_declared_range(mlp, mlp_ort) -> None:
         m(torch.randn(2, 256, requires_grad=True))
 
 
+def test_the_quick_input_check_refuses_what_the_full_one_names(tmp_path) -> None:
+    """The per-call check reads each input once (dtype, device, size, requires_grad) and hands anything
+    it does not pass to the full check, which names the fault: a symbol shared by two inputs must be
+    equal in both, a static dimension of a dynamic input holds, a tensor subclass is still a tensor."""
+
+    class Two(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(8, 4)
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return self.lin(x) + y
+
+    batch = Dim("batch", min=1, max=16)
+    model, args = Two().eval(), (torch.randn(3, 8), torch.randn(3, 4))
+    m = torchmux.load(
+        torchmux.export(model, args, backend="eager", dynamic_shapes=({0: batch}, {0: batch})).save(
+            tmp_path / "two.tmux"
+        )
+    )
+    with torch.no_grad():
+        x = torch.randn(5, 8)
+        torch.testing.assert_close(m(x, torch.ones(5, 4)), model(x, torch.ones(5, 4)))
+        torch.testing.assert_close(
+            m(nn.Parameter(x, requires_grad=False), torch.ones(5, 4)), model(x, torch.ones(5, 4))
+        )
+        with pytest.raises(PackageInputError, match="which another input has as 5; got 6"):
+            m(x, torch.ones(6, 4))
+        with pytest.raises(PackageInputError, match="input 1 dimension 1 must be 4"):
+            m(x, torch.ones(5, 3))
+        with pytest.raises(PackageInputError, match="input 0 must be a tensor"):
+            m(x.numpy(), torch.ones(5, 4))
+        with pytest.raises(PackageInputError, match="3 dimensions|2 dimensions"):
+            m(x[None], torch.ones(5, 4))
+    static = torchmux.load(torchmux.export(model, args, backend="eager").save(tmp_path / "static.tmux"))
+    with torch.no_grad():
+        torch.testing.assert_close(static(*args), model(*args))
+        with pytest.raises(PackageInputError, match="input 0 dimension 0 must be 3 .*exported static.*got 4"):
+            static(torch.randn(4, 8), torch.randn(3, 4))
+
+
 def test_damaged_and_foreign_files_are_clear_errors(mlp_ort, tmp_path) -> None:
     data = bytearray(mlp_ort.read_bytes())
     info = zipfile.ZipFile(mlp_ort).getinfo("artifacts/onnxruntime/model.onnx")
@@ -285,6 +326,67 @@ def test_tiny_bert_with_a_dynamic_sequence_length(tmp_path) -> None:
         preamble="import transformers.modeling_outputs",
     )
     assert result["backend"] == "eager" and result["warnings"] == [] and result["err"] < 1e-5
+
+
+def test_outputs_are_rebuilt_as_eager_built_them() -> None:
+    """The package rebuilds the output's structure with a builder made at load (api/load._builder): the
+    same types, items, attributes and tensors as ``tree_unflatten`` (a Hugging Face ``ModelOutput``
+    without its constructor, nested tuples, lists, dicts, named tuples, None)."""
+    from typing import NamedTuple
+
+    from torch.utils import _pytree as pytree
+
+    from torchmux.api.load import _builder
+
+    transformers = pytest.importorskip("transformers")
+
+    class Pair(NamedTuple):
+        a: torch.Tensor
+        b: tuple
+
+    model, args = zoo.build("bert", 1)
+    with torch.no_grad():
+        hf = model(*args, output_hidden_states=True)
+    assert isinstance(hf, transformers.utils.ModelOutput) and hf.hidden_states is not None
+    t = torch.ones(2)
+    leaves, spec = pytree.tree_flatten(hf)
+    build = _builder(spec)
+    made = []
+    post_init = transformers.utils.ModelOutput.__post_init__
+    with pytest.MonkeyPatch.context() as mp:  # a ModelOutput is built without its constructor per call
+        mp.setattr(transformers.utils.ModelOutput, "__post_init__", lambda self: made.append(post_init(self)))
+        build(leaves)
+        assert made == []
+        pytree.tree_unflatten(leaves, spec)
+        assert made == [None]
+    for value in (hf, (t, [t * 2, {"z": t * 3, "n": None}]), Pair(t, (t * 2, None)), {"only": hf}):
+        leaves, spec = pytree.tree_flatten(value)
+        built, expected = _builder(spec)(leaves), pytree.tree_unflatten(leaves, spec)
+        assert type(built) is type(expected) and pytree.tree_structure(built) == spec
+        got = pytree.tree_leaves(built)
+        assert len(got) == len(leaves) and all(a is b for a, b in zip(got, leaves))
+        for b, e in [(built, expected)] + ([(built["only"], expected["only"])] if "only" in value else []):
+            if isinstance(e, transformers.utils.ModelOutput):
+                assert list(b.keys()) == list(e.keys()) and sorted(vars(b)) == sorted(vars(e))
+                assert b.attentions is None and b[0] is b.last_hidden_state and b.to_tuple()[2] is b.hidden_states
+
+    class Custom(dict):  # a dict subclass whose constructor does more than set its items: it keeps it
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            self.total = sum(float(v.sum()) for v in kw.values())
+
+    pytree.register_pytree_node(
+        Custom,
+        lambda c: (list(c.values()), list(c)),
+        lambda v, k: Custom(**dict(zip(k, v))),
+        serialized_type_name="Custom",
+    )
+    try:
+        leaves, spec = pytree.tree_flatten(Custom(a=t, b=t * 2))
+        built = _builder(spec)(leaves)
+        assert type(built) is Custom and built.total == 6.0
+    finally:
+        pytree._deregister_pytree_node(Custom)
 
 
 def test_a_program_export_refuses_is_an_error_that_names_the_line() -> None:
