@@ -24,6 +24,7 @@ Steps 4 (**Load**) and 5 (**Call**) are ``api/load.py``'s: it imports only what 
 
 ``plan.json`` fields: ``inputs`` (one entry per flat input: ``dtype``, ``device``, ``shape`` with an int
 or a symbol name per dimension), ``symbols`` (name -> ``[min, max]``, ``max`` None for unbounded),
+``names`` (symbol -> the user's ``Dim`` name, for messages and ``package inspect``),
 ``in_spec``/``out_spec`` (``torch.utils._pytree.treespec_dumps``), ``candidates`` (backend, version,
 the plugin and distribution that provide it (load imports that one plugin only), ok, median ms,
 compile s, reason, artifact folder or None), ``chosen``, ``device``, ``threads``, ``graph`` (name, op
@@ -134,7 +135,8 @@ def export(
             stacklevel=2,
         )
     saved = {k: v for k, v in saved.items() if k == chosen.backend}  # the package holds the chosen artifact
-    plan = _plan(captured, frozen, flat, results, chosen, by_name, saved, device, config.options_for)
+    names = _dim_names(model, args, kwargs or {}, dynamic_shapes, captured.program)
+    plan = _plan(captured, frozen, flat, results, chosen, by_name, saved, device, config.options_for, names)
     return ExportedModel(captured, plan, saved, shipped.get(chosen.backend) or pkg.program_runner(captured.program))
 
 
@@ -314,6 +316,44 @@ def _input_specs(program: torch.export.ExportedProgram) -> list[dict[str, Any]]:
     return specs
 
 
+def _dim_names(
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    dynamic_shapes: Any,
+    program: torch.export.ExportedProgram,
+) -> dict[str, str]:
+    """The user's name for each of the program's size symbols (``{"s70": "seq"}``): each ``Dim`` in
+    ``dynamic_shapes`` matched to the symbol at its input's dimension. Messages and ``package inspect``
+    say ``seq``; the plan keeps torch's symbols as keys (a derived size is an expression of them).
+    Only where every input is a tensor given directly; a symbol two names claim is left unnamed."""
+    import inspect
+
+    if not dynamic_shapes:
+        return {}
+    try:
+        bound = inspect.signature(model.forward).bind(*args, **kwargs).arguments
+        order = list(bound)[: len(args)] + list(kwargs)
+        if isinstance(dynamic_shapes, Mapping):
+            per_input = [dynamic_shapes.get(k) for k in order]
+        else:
+            per_input = list(dynamic_shapes) + [None] * (len(order) - len(dynamic_shapes))
+        if not all(isinstance(bound[k], torch.Tensor) for k in order):
+            return {}
+    except (TypeError, ValueError):
+        return {}
+    names: dict[str, set[str]] = {}
+    for spec, dims in zip(_input_specs(program), per_input):
+        items = dims.items() if isinstance(dims, Mapping) else enumerate(dims or ())
+        for d, dim in items:
+            name = getattr(dim, "__name__", None)
+            if isinstance(name, str) and isinstance(d, int) and d < len(spec["shape"]):
+                symbol = spec["shape"][d]
+                if isinstance(symbol, str):
+                    names.setdefault(symbol, set()).add(name)
+    return {sym: next(iter(found)) for sym, found in names.items() if len(found) == 1}
+
+
 def _symbol_ranges(program: torch.export.ExportedProgram) -> dict[str, tuple[int, int | None]]:
     out: dict[str, tuple[int, int | None]] = {}
     for sym, vr in program.range_constraints.items():
@@ -333,12 +373,14 @@ def _plan(
     saved: Mapping[str, SavedGraph],
     device: str,
     options_for: Callable[[str], dict[str, Any]],
+    captured_names: Mapping[str, str],
 ) -> dict[str, Any]:
     program = captured.program
     ranked = sorted(results, key=lambda m: (m is not chosen, not m.ok, m.seconds if m.seconds == m.seconds else 0.0))
     return {
         "inputs": _input_specs(program),
         "symbols": {k: list(v) for k, v in _symbol_ranges(program).items()},
+        "names": captured_names,
         "in_spec": pytree.treespec_dumps(program.call_spec.in_spec),
         "out_spec": pytree.treespec_dumps(program.call_spec.out_spec),
         "chosen": chosen.backend,

@@ -163,6 +163,7 @@ class _Call:
         self._single = self._out_spec == pytree.tree_structure(0)
         self._build = _builder(self._out_spec)
         self._symbols = {k: (v[0], v[1]) for k, v in plan["symbols"].items()}
+        self._names = dict(plan.get("names") or {})  # the user's Dim names (packages before them: none)
         self._checks = [
             (i, _DTYPES[s["dtype"]], s["device"], len(s["shape"]), tuple(s["shape"]))
             for i, s in enumerate(plan["inputs"])
@@ -262,12 +263,14 @@ class _Call:
                     lo, hi = self._symbols[want]
                     if got < lo or (hi is not None and got > hi):
                         raise PackageInputError(
-                            f"input {i} dimension {d} ({want}) must be in [{lo}, {'inf' if hi is None else hi}] "
+                            f"input {i} dimension {d} ({self._names.get(want, want)}) must be in "
+                            f"[{lo}, {'inf' if hi is None else hi}] "
                             f"as declared in dynamic_shapes, got {got}"
                         )
                     if seen.setdefault(want, got) != got:
                         raise PackageInputError(
-                            f"input {i} dimension {d} is {want}, which another input has as {seen[want]}; got {got}"
+                            f"input {i} dimension {d} is {self._names.get(want, want)}, which another input has as "
+                            f"{seen[want]}; got {got}"
                         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -505,8 +508,10 @@ def inspect_package(path: str | Path) -> str:
     ]
     for i, s in enumerate(plan["inputs"]):
         lines.append(f"    {i}: {s['dtype']}{s['shape']} on {s['device']}")
+    names = plan.get("names") or {}
     for sym, (lo, hi) in plan["symbols"].items():
-        lines.append(f"    {sym} in [{lo}, {'inf' if hi is None else hi}]")
+        named = f" ({names[sym]})" if sym in names else ""
+        lines.append(f"    {sym}{named} in [{lo}, {'inf' if hi is None else hi}]")
     lines.append(f"  chosen: {plan['chosen']}")
     lines.append("  candidates (best first):")
     for c in plan["candidates"]:

@@ -136,7 +136,7 @@ def test_package_members_and_inspect(mlp_ort) -> None:
         [sys.executable, "-m", "torchmux", "package", "inspect", str(mlp_ort)], capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr
-    assert "chosen: onnxruntime" in out.stdout and "s" in out.stdout and "in [1, 32]" in out.stdout
+    assert "chosen: onnxruntime" in out.stdout and "(batch) in [1, 32]" in out.stdout  # the user's Dim name
 
 
 def test_program_weights_reads_torch_exports_dtype_numbers() -> None:
@@ -175,7 +175,7 @@ def test_loads_where_onnxruntime_cannot_be_imported(mlp, mlp_ort) -> None:
 
 def test_inputs_are_checked_against_the_declared_range(mlp, mlp_ort) -> None:
     m = torchmux.load(mlp_ort)
-    with pytest.raises(PackageInputError, match=r"input 0 dimension 0 \(.*\) must be in \[1, 32\].*got 33"):
+    with pytest.raises(PackageInputError, match=r"input 0 dimension 0 \(batch\) must be in \[1, 32\].*got 33"):
         m(torch.randn(33, 256))
     with pytest.raises(PackageInputError, match="dimension 1 must be 256"):
         m(torch.randn(2, 255))
@@ -213,7 +213,7 @@ def test_the_quick_input_check_refuses_what_the_full_one_names(tmp_path) -> None
         torch.testing.assert_close(
             m(nn.Parameter(x, requires_grad=False), torch.ones(5, 4)), model(x, torch.ones(5, 4))
         )
-        with pytest.raises(PackageInputError, match="which another input has as 5; got 6"):
+        with pytest.raises(PackageInputError, match="dimension 0 is batch, which another input has as 5; got 6"):
             m(x, torch.ones(6, 4))
         with pytest.raises(PackageInputError, match="input 1 dimension 1 must be 4"):
             m(x, torch.ones(5, 3))
