@@ -56,7 +56,7 @@ from ..core.errors import TorchmuxError, TorchmuxFallbackWarning
 from ..core.ir import GraphIR
 from ..core.registry import get_registry
 from ..frontends.export import Captured, capture
-from .load import LoadedModel, PackageInputError, _Call, load
+from .load import SPLIT, LoadedModel, PackageInputError, _Call, load
 
 __all__ = ["ExportedModel", "LoadedModel", "PackageInputError", "export", "load"]
 
@@ -119,11 +119,20 @@ def export(
     by_name = {b.name: b for b in candidates}
     saved, shipped = _ship(frozen, captured, results, by_name, flat, config)
     live = [(m, shipped[m.backend]) for m in results if m.ok and m.backend in shipped]
+    budget = float(config.get("autotune_budget")) if "autotune_budget" in config.own else EXPORT_TIMING_SECONDS
     if config.auto and len(live) > 1:
         for m, _ in live:
             m.seconds = math.inf  # measure() left it untimed (NaN); time_rounds keeps the fastest warm call
-        budget = float(config.get("autotune_budget")) if "autotune_budget" in config.own else EXPORT_TIMING_SECONDS
         time_rounds(live, flat, budget, EXPORT_MAX_ROUNDS)
+        found = _split(frozen, results, by_name, flat, config, device)
+        if found is not None:
+            results.append(found[0])
+            if found[0].ok:  # the split as it ships, timed again with every whole candidate
+                saved[found[0].backend], shipped[found[0].backend] = found[1], found[2]
+                live.append((found[0], found[2]))
+                for m, _ in live:
+                    m.seconds = math.inf
+                time_rounds(live, flat, budget, EXPORT_MAX_ROUNDS)
     named = None if config.auto else config.backends[0].name
     chosen = _pick(results, named)
     if named is not None and chosen.backend != named:
@@ -190,6 +199,146 @@ def _ship(
                 continue
         shipped[m.backend] = fn
     return saved, shipped
+
+
+def _split(
+    frozen: GraphIR,
+    results: Sequence[Measurement],
+    by_name: Mapping[str, Backend],
+    flat: Sequence[torch.Tensor],
+    config: Any,
+    device: str,
+) -> tuple[Measurement, SavedGraph, Callable[..., Any]] | None:
+    """Step 2b, ``options={"split": N}`` under auto (static shapes): the program cut into up to N pieces
+    and each piece placed by measurement, as ``compile()`` does (``autotune/split.py``). The winners are
+    then built the way a package ships them: each piece exported on its own (``torch.export`` of the
+    piece's graph), compiled from that program by its backend, saved in its native form, loaded back,
+    and the pieces wired in order (:class:`Pieces`); the whole is checked against the program's
+    reference and joins the candidates' timing rounds. None: nothing to split (too small, dynamic
+    shapes, fewer than two contenders, one backend won every piece). Each piece stores its program
+    (its weights; what it is rebuilt from), so a split package holds its weights a second time."""
+    from ..autotune.split import contenders, label, place_segments, split
+    from ..autotune.tuner import SCREEN_FACTOR
+    from ..autotune.verify import check_call, clone_inputs
+    from .load import Pieces
+
+    if config.split_segments < 2 or not config.auto or not frozen.is_static:
+        return None
+    pool = [by_name[n] for n in contenders(results, SCREEN_FACTOR) if n in by_name]
+    if len(pool) < 2:
+        return None
+    t0 = time.perf_counter()
+    args = clone_inputs(flat, frozen.input_kinds)
+    deadline = _deadline(config)
+    try:
+        placed = place_segments(
+            frozen,
+            pool,
+            args,
+            segments=config.split_segments,
+            mode=config.mode,
+            options=config.options_for,
+            time_budget=EXPORT_TIMING_SECONDS,
+            deadline=deadline,
+        )
+    except Exception as e:  # an fx pass on an unusual graph: no split candidate
+        return (
+            Measurement("split", math.inf, False, f"split failed: {type(e).__name__}: {str(e)[:200]}"),
+            SavedGraph({}),
+            list,
+        )
+    if placed is None:
+        return None
+    plan = placed[0]
+    name = label(plan.backends)
+    files: dict[str, bytes] = {}
+    entries: list[dict[str, Any]] = []
+    fns: list[Callable[..., Any]] = []
+    try:
+        parent, pieces = split(frozen, plan.cuts, args)
+        wiring, outputs = _wiring(parent)
+        registry = get_registry()
+        for i, (piece, backend) in enumerate(zip(pieces, plan.backends)):
+            b = by_name[backend]
+            program = torch.export.export(piece.ir.gm, tuple(piece.args), strict=False)
+            m = measure(
+                piece.ir,
+                [b],
+                piece.args,
+                mode=config.mode,
+                options=config.options_for,
+                timed=False,
+                deadline=deadline,
+                program=program,
+            )[0]
+            if not m.ok or m.placement is None:
+                raise RuntimeError(f"piece {i} on {backend}: {m.reason}")
+            request = CompileRequest(piece.ir, piece.args, config.mode, config.options_for(backend), program=program)
+            artifact = b.save(m.placement.fn, request) if m.placement.regions == 1 else None
+            buf = io.BytesIO()
+            torch.export.save(program, buf)
+            files[f"piece{i}/program.pt2"] = buf.getvalue()
+            fn = m.placement.fn
+            if artifact is not None:
+                files.update({f"piece{i}/{f}": data for f, data in artifact.files.items()})
+                load_request = LoadRequest(
+                    artifact,
+                    device,
+                    torch.get_num_threads(),
+                    config.options_for(backend),
+                    lambda p=program: p,
+                    partial(pkg.numpy_weights, program),
+                )
+                fn = b.load(load_request)
+            entries.append(
+                {
+                    "backend": backend,
+                    "version": b.version,
+                    "plugin": registry.plugin_of(backend),
+                    "package": registry.package_of(backend),
+                    "options": _jsonable(config.options_for(backend)),
+                    "ops": len(piece.ir.op_nodes),
+                    "saved": artifact is not None,
+                    "files": sorted(artifact.files) if artifact is not None else [],
+                    "meta": _jsonable(dict(artifact.meta)) if artifact is not None else {},
+                    "native": bool(artifact is not None and artifact.native),
+                    "inputs": wiring[i],
+                }
+            )
+            fns.append(fn)
+        runner = Pieces(fns, wiring, outputs)
+        _, wrong = check_call(frozen, runner, flat, twice=True)
+    except Exception as e:
+        wrong = f"crashed: {type(e).__name__}: {str(e)[:200]}"
+    m = Measurement(name, math.inf, not wrong, f"its saved and loaded form: {wrong}" if wrong else "")
+    m.compile_seconds = time.perf_counter() - t0
+    meta = {"pieces": entries, "outputs": outputs if not wrong else [], "cuts": list(plan.cuts)}
+    return m, SavedGraph(files, meta, native=any(e["native"] for e in entries)), runner if not wrong else list
+
+
+def _wiring(parent: torch.fx.GraphModule) -> tuple[list[list[list[int]]], list[list[int]]]:
+    """Where each piece of ``autotune/split.py``'s parent graph reads its inputs from and where the
+    program's outputs come from, as :class:`Pieces` names them (``[0, k]`` input k, ``[i + 1, k]``
+    output k of piece i)."""
+    import operator
+
+    ref: dict[torch.fx.Node, list[int]] = {}
+    wiring: list[list[list[int]]] = []
+    outputs: list[list[int]] = []
+    for node in parent.graph.nodes:
+        if node.op == "placeholder":
+            ref[node] = [0, sum(1 for r in ref.values() if r[0] == 0)]
+        elif node.op == "call_module":
+            wiring.append([ref[a] for a in node.args])
+            ref[node] = [len(wiring), 0]  # a piece of one output returns it in a list of one
+        elif node.op == "call_function" and node.target is operator.getitem:
+            ref[node] = [ref[node.args[0]][0], int(node.args[1])]
+        elif node.op == "output":
+            values = node.args[0]
+            outputs = [ref[v] for v in (values if isinstance(values, (tuple, list)) else [values])]
+        else:
+            raise ValueError(f"the split's parent graph holds a {node.op} ({node.target}): not a chain of pieces")
+    return wiring, outputs
 
 
 def _breaks(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
@@ -398,13 +547,18 @@ def _plan(
                 "ms": None if not m.ok or m.seconds != m.seconds else round(m.seconds * 1e3, 4),
                 "compile_s": round(m.compile_seconds, 3),
                 "reason": m.reason,
-                "artifact": f"artifacts/{m.backend}/" if m.backend in saved else None,
+                "artifact": f"artifacts/{_folder(m.backend)}/" if m.backend in saved else None,
                 "native": bool(saved[m.backend].native) if m.backend in saved else False,
                 "options": _jsonable(options_for(m.backend)),
             }
             for m in ranked
         ],
     }
+
+
+def _folder(name: str) -> str:
+    """A candidate's artifact folder under ``artifacts/``: its name; ``split`` for a split placement."""
+    return "split" if name.startswith(SPLIT) else name
 
 
 def _jsonable(value: Any) -> Any:
@@ -439,12 +593,16 @@ class ExportedModel(_Call):
         members: dict[str, bytes] = {pkg.PROGRAM: buf.getvalue(), pkg.PLAN: json.dumps(self.plan, indent=1).encode()}
         native = set()
         for name, artifact in self.saved.items():
-            folder = f"artifacts/{name}/"
+            folder = f"artifacts/{_folder(name)}/"
             members[folder + "meta.json"] = json.dumps(_jsonable(dict(artifact.meta))).encode()
+            pieces = artifact.meta.get("pieces") if name.startswith(SPLIT) else None
             for file, data in artifact.files.items():
                 members[folder + file] = data
-                if artifact.native:
+            for file in artifact.files:
+                if pieces is None and artifact.native:
                     native.add(folder + file)
+            for i, piece in enumerate(pieces or ()):  # a split: the native pieces' files only
+                native.update(f"{folder}piece{i}/{f}" for f in piece["files"] if piece["native"])
         registry = get_registry()
         versions = {c["backend"]: c["version"] for c in self.plan["candidates"]}
         info = {

@@ -21,6 +21,7 @@ import io
 import operator
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from ..core.package import PackageError
 from ..core.registry import find_backend, get_registry
 from ..core.version import __version__
 
-__all__ = ["LoadedModel", "PackageInputError", "inspect_package", "load"]
+__all__ = ["LoadedModel", "PackageInputError", "Pieces", "inspect_package", "load"]
 
 _DTYPES = {str(d).removeprefix("torch."): d for d in vars(torch).values() if isinstance(d, torch.dtype)}
 
@@ -288,6 +289,31 @@ class _Call:
         return list(self._fn(*inputs))
 
 
+SPLIT = "split("  # a split placement's name: split(onnxruntime,inductor), its artifact folder artifacts/split/
+
+
+class Pieces:
+    """A split package's call (``options={"split": N}``): each piece's artifact, in order, on the values
+    its ``wiring`` names: ``[0, k]`` the program's flat input k, ``[i + 1, k]`` output k of piece i;
+    ``outputs`` names the program's flat outputs the same way."""
+
+    def __init__(
+        self,
+        fns: Sequence[Callable[..., Sequence[Any]]],
+        wiring: Sequence[Sequence[Sequence[int]]],
+        outputs: Sequence[Sequence[int]],
+    ) -> None:
+        self.fns = list(fns)
+        self._steps = [(fn, [(int(s), int(k)) for s, k in refs]) for fn, refs in zip(fns, wiring)]
+        self._outputs = [(int(s), int(k)) for s, k in outputs]
+
+    def __call__(self, *inputs: Any) -> list[Any]:
+        values: list[Sequence[Any]] = [inputs]
+        for fn, refs in self._steps:
+            values.append(fn(*[values[s][k] for s, k in refs]))
+        return [values[s][k] for s, k in self._outputs]
+
+
 def load(path: str | Path, *, backend: str | None = None, options: Mapping[str, Any] | None = None) -> LoadedModel:
     """Open a package written by ``torchmux.export(...).save(path)`` and return a callable
     :class:`LoadedModel`. ``backend`` names a candidate to run instead of the stored choice (it is
@@ -351,6 +377,14 @@ class LoadedModel(_Call):
     def _open(self, order: Sequence[str]) -> tuple[str, Callable[..., Any]]:
         for name in order:
             entry = self._candidate(name) or {}
+            if name.startswith(SPLIT):
+                if not entry.get("artifact"):
+                    continue
+                try:
+                    return name, self._open_split(entry)
+                except Exception as e:
+                    self.notes.append(f"{name} failed to load: {type(e).__name__}: {str(e)[:200]}")
+                    continue
             b = find_backend(name, entry.get("plugin"), entry.get("package"))  # that plugin, not every one
             if b is None:
                 self.notes.append(f"{name} is not installed here")
@@ -377,11 +411,44 @@ class LoadedModel(_Call):
                 self.notes.append(f"{name} failed to load: {type(e).__name__}: {str(e)[:200]}")
         raise TorchmuxError(f"no backend can run the package {self.reader.path}: " + "; ".join(self.notes))
 
-    def _untrusted(self, folder: str, entry: Mapping[str, Any]) -> str | None:
-        """Why a stored artifact must not be loaded here (None: it may)."""
+    def _open_split(self, entry: Mapping[str, Any]) -> Pieces:
+        """A split placement: each piece's artifact opened by its backend, with the piece's own program
+        (``piece<i>/program.pt2``: its weights, its eager form, what it is rebuilt from). A piece whose
+        backend saved nothing, or whose native code is not trusted here, is rebuilt from that program
+        (one note says so); a piece whose backend is missing fails the split: the next candidate runs."""
+        folder = entry["artifact"]
+        meta = self.reader.json(folder + "meta.json")
+        fns = []
+        for i, p in enumerate(meta["pieces"]):
+            b = find_backend(p["backend"], p.get("plugin"), p.get("package"))
+            if b is None or not b.availability().ok:
+                raise RuntimeError(f"piece {i}'s backend {p['backend']} cannot run here")
+            base = f"{folder}piece{i}/"
+            why = self._untrusted(base, p, [base + f for f in p["files"]])
+            data = self.reader.read(base + "program.pt2")
+            program = _Lazy(lambda data=data: torch.export.load(io.BytesIO(data)))
+            if p["backend"] == "eager":
+                fns.append(pkg.program_runner(program()))
+            elif p.get("saved") and why is None:
+                files = {f: self.reader.read(base + f) for f in p["files"]}
+                weights = partial(_program_arrays, data, program)
+                opts = {**(p.get("options") or {}), **self._options.get(b.name, {})}
+                saved = SavedGraph(files, p.get("meta") or {}, native=bool(p["native"]))
+                fns.append(
+                    b.load(LoadRequest(saved, self.plan["device"], torch.get_num_threads(), opts, program, weights))
+                )
+            else:
+                self.notes.append(
+                    f"piece {i} on {b.name} rebuilt from its program ({why or 'its backend saves no compiled form'})"
+                )
+                fns.append(self._rebuild(b, program(), _program_inputs(program())))
+        return Pieces(fns, [p["inputs"] for p in meta["pieces"]], meta["outputs"])
+
+    def _untrusted(self, folder: str, entry: Mapping[str, Any], members: Sequence[str] | None = None) -> str | None:
+        """Why a stored artifact (or these ``members`` of it) must not be loaded here (None: it may)."""
         if not entry.get("native"):
             return None
-        for member in self.reader.names(folder):
+        for member in members if members is not None else self.reader.names(folder):
             if member.endswith("meta.json"):
                 continue
             ok, why = self.reader.trusted(member)
@@ -403,7 +470,9 @@ class LoadedModel(_Call):
         opts = {**(entry.get("options") or {}), **self._options.get(b.name, {})}
         return LoadRequest(saved, self.plan["device"], torch.get_num_threads(), opts, self.program, self.weights)
 
-    def _rebuild(self, b: Backend, program: torch.export.ExportedProgram | None = None) -> Callable[..., Any]:
+    def _rebuild(
+        self, b: Backend, program: torch.export.ExportedProgram | None = None, args: list[torch.Tensor] | None = None
+    ) -> Callable[..., Any]:
         """Compile ``b`` again from the stored program (normalized and frozen as at export), checked
         against the reference interpreter on inputs made from the plan's specs."""
         from ..autotune.freeze import freeze
@@ -415,7 +484,7 @@ class LoadedModel(_Call):
         ir, weights = normalize(program)
         it = iter(weights)
         frozen = freeze(ir, [next(it) if k != "input" else None for k in ir.input_kinds])
-        args = self.example_inputs()
+        args = args if args is not None else self.example_inputs()
         entry = self._candidate(b.name) or {}
         request = CompileRequest(frozen, args, None, dict(entry.get("options") or {}), program=program)
         fn = b.compile(request)
@@ -489,6 +558,38 @@ class LoadedModel(_Call):
                 )
                 self.backend, fn = "eager", pkg.program_runner(fresh)
         self._program, self._fn = fresh, fn
+
+
+class _Lazy:
+    """A value made on first use and kept (a piece's program: deserialized only if something needs it)."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make, self._value, self._made = make, None, False
+
+    def __call__(self) -> Any:
+        if not self._made:
+            self._value, self._made = self._make(), True
+        return self._value
+
+
+def _program_arrays(data: bytes, program: Callable[[], Any]) -> Mapping[str, Any]:
+    """A stored program's weights as NumPy arrays: from its archive's bytes where they can be, else from it."""
+    found = pkg.program_weights(data)
+    return found if found is not None else pkg.numpy_weights(program())
+
+
+def _program_inputs(program: torch.export.ExportedProgram) -> list[torch.Tensor]:
+    """Inputs of a (static) program's user input specs, to check a rebuild on: random floats, zeros
+    for integers (valid indices wherever they go)."""
+    user = set(program.graph_signature.user_inputs)
+    out = []
+    for node in program.graph.nodes:
+        val = node.meta.get("val")
+        if node.op == "placeholder" and node.name in user and isinstance(val, torch.Tensor):
+            shape = [int(d) for d in val.shape]
+            make = torch.randn if val.dtype.is_floating_point else torch.zeros
+            out.append(make(shape, dtype=val.dtype, device=val.device))
+    return out
 
 
 def inspect_package(path: str | Path) -> str:

@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 import torch.fx as fx
 from torch.fx.passes.split_module import split_module
 
@@ -134,6 +135,7 @@ def split(ir: GraphIR, cuts: Sequence[int], args: Sequence[Any]) -> tuple[fx.Gra
     gm = copy.deepcopy(ir.gm)
     by_name = {n.name: segment_of[n] for n in ops}
     parent = split_module(gm, gm, lambda node: by_name.get(node.name, 0), keep_original_order=True)
+    _own_constants(parent)
     kinds = dict(zip((p.name for p in ir.placeholders), ir.input_kinds))
     inputs = _region_inputs(parent, args)
     out: list[Piece] = []
@@ -156,6 +158,39 @@ def split(ir: GraphIR, cuts: Sequence[int], args: Sequence[Any]) -> tuple[fx.Gra
         seg_ir = GraphIR(sub, sub_kinds, name=f"{ir.name}.seg{index}", phase=ir.phase)
         out.append(Piece(str(call.target), seg_ir, single, inputs[str(call.target)]))
     return parent, out
+
+
+def _own_constants(parent: fx.GraphModule) -> None:
+    """``split_module`` leaves a frozen graph's constants (its weights, ``get_attr``) in the parent and
+    passes them to the pieces as inputs; each piece that reads one holds it instead, as the whole
+    graph did: a backend sees a weight as a constant (ONNX Runtime folds and prepacks it) and a piece
+    exported on its own (a package's split) carries its weights."""
+    for call in [n for n in parent.graph.nodes if n.op == "call_module"]:
+        sub: fx.GraphModule = getattr(parent, str(call.target))
+        placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+        kept = []
+        for ph, arg in zip(placeholders, call.args):
+            if not (isinstance(arg, fx.Node) and arg.op == "get_attr"):
+                kept.append(arg)
+                continue
+            value: Any = parent
+            for part in str(arg.target).split("."):
+                value = getattr(value, part)
+            name = "_const_" + str(arg.target).replace(".", "_")
+            if isinstance(value, torch.Tensor):
+                sub.register_buffer(name, value)
+            else:
+                setattr(sub, name, value)
+            with sub.graph.inserting_before(ph):
+                node = sub.graph.get_attr(name)
+            node.meta = dict(ph.meta)
+            ph.replace_all_uses_with(node)
+            sub.graph.erase_node(ph)
+        if len(kept) != len(call.args):
+            call.args = tuple(kept)
+            sub.recompile()
+    parent.graph.eliminate_dead_code()
+    parent.recompile()
 
 
 def contenders(results: Sequence[Measurement], factor: float) -> list[str]:

@@ -22,6 +22,7 @@ from torchmux.api.load import PackageInputError
 from torchmux.bench import zoo
 from torchmux.core.errors import BadArgumentError
 from torchmux.core.package import PT2_DTYPES, PackageError, PackageReader, numpy_weights, program_weights
+from torchmux.core.registry import get_registry
 
 Dim = torch.export.Dim
 
@@ -387,6 +388,67 @@ def test_outputs_are_rebuilt_as_eager_built_them() -> None:
         assert type(built) is Custom and built.total == 6.0
     finally:
         pytree._deregister_pytree_node(Custom)
+
+
+class ProductsThenPointwise(nn.Module):
+    """Eight matrix products, then fifteen pointwise ops: one value crosses between the two parts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(1)
+        self.w1 = nn.Parameter(torch.randn(16, 16, generator=g) / 4)
+        self.w2 = nn.Parameter(torch.randn(16, 16, generator=g) / 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = x @ self.w1
+        b = a @ self.w2
+        for _ in range(3):
+            a = a @ b
+            b = b @ a
+        y = a @ b
+        p, q = torch.tanh(y), torch.sigmoid(y)
+        for _ in range(3):
+            p = p * q + 0.1
+            q = q - p * 0.5
+        return p + q
+
+
+def test_a_split_placement_ships_each_piece_in_its_native_form(tmp_path, monkeypatch) -> None:
+    """``options={"split": 2}``: ONNX Runtime wins the pointwise piece, eager the products (each is late
+    on the other's ops, tests/api/late_backends.py), and the package runs the two: each piece's own
+    program and artifact (an ``.onnx`` model for ONNX Runtime), wired in order, loaded in a fresh
+    process with no Dynamo. Where a piece's backend is missing, the next candidate runs, with a warning."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import late_backends
+
+    late_backends.register()
+    # eager, always a candidate, is made late on every graph here: the split must beat the whole-graph
+    # candidates on its merits (in the child that loads the package, eager is itself again)
+    eager = get_registry().get("eager")
+    monkeypatch.setattr(
+        eager, "compile", lambda request: late_backends._Late(type(eager).compile(eager, request), True)
+    )
+    monkeypatch.setattr(eager, "load", lambda request: late_backends._Late(type(eager).load(eager, request), True))
+    model, x = ProductsThenPointwise().eval(), torch.randn(16, 16) / 4
+    exported = torchmux.export(
+        model, (x,), backend=["late_products", "late_pointwise"], options={"split": 2, "autotune_budget": 0.5}
+    )
+    assert exported.backend == "split(late_pointwise,late_products)", exported.plan["candidates"]
+    path = exported.save(tmp_path / "split.tmux")
+    names = PackageReader(path).names("artifacts/split/")
+    assert {"artifacts/split/piece0/program.pt2", "artifacts/split/piece1/model.onnx"} <= set(names), names
+    preamble = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import late_backends; late_backends.register()"
+    y = torch.randn(16, 16) / 4
+    result = _load_in_child(path, (y,), _eager(model, y), preamble=preamble)
+    assert result["backend"] == exported.backend and result["warnings"] == [] and result["err"] < 1e-5
+    assert result["dynamo_unchanged"] and not result["tuner"]
+    out = subprocess.run(
+        [sys.executable, "-m", "torchmux", "package", "inspect", str(path)], capture_output=True, text=True
+    )
+    assert "chosen: split(late_pointwise,late_products)" in out.stdout, out.stdout + out.stderr
+    alone = _load_in_child(path, (y,), _eager(model, y))  # the late backends are not installed there
+    assert alone["backend"] == "eager" and alone["err"] < 1e-5
+    assert any("late_pointwise cannot run here" in w for w in alone["warnings"]), alone["warnings"]
 
 
 def test_a_program_export_refuses_is_an_error_that_names_the_line() -> None:
