@@ -624,6 +624,11 @@ def inspect_package(path: str | Path) -> str:
             + (" [native, signed]" if c["native"] else "")
             + reason
         )
+        if c["backend"].startswith(SPLIT) and c["artifact"]:
+            split = reader.json(c["artifact"] + "meta.json")
+            for i, p in enumerate(split["pieces"]):
+                how = "its native form" if p.get("saved") else "rebuilt at load from its program"
+                lines.append(f"      piece {i}: {p['ops']} ops on {p['backend']} {p['version']}, {how}")
     lines.append("  members:")
     for name, entry in sorted(m["members"].items()):
         signed = " signed (" + m.get("key", "?") + " key)" if name in (m.get("signatures") or {}) else ""

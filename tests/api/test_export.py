@@ -446,6 +446,7 @@ def test_a_split_placement_ships_each_piece_in_its_native_form(tmp_path, monkeyp
         [sys.executable, "-m", "torchmux", "package", "inspect", str(path)], capture_output=True, text=True
     )
     assert "chosen: split(late_pointwise,late_products)" in out.stdout, out.stdout + out.stderr
+    assert "piece 1: 15 ops on late_products" in out.stdout, out.stdout
     alone = _load_in_child(path, (y,), _eager(model, y))  # the late backends are not installed there
     assert alone["backend"] == "eager" and alone["err"] < 1e-5
     assert any("late_pointwise cannot run here" in w for w in alone["warnings"]), alone["warnings"]
