@@ -12,6 +12,9 @@ archive, with no pickle anywhere:
   reads it back: eager always works, and every backend can be rebuilt from it).
 - ``plan.json``: what the API layer decided (``api/export.py`` documents its fields).
 - ``artifacts/<backend>/...``: each saved backend artifact's files, as its ``Backend.save`` returned them.
+- ``artifacts/split/``, a split placement's: ``meta.json`` (the pieces in order: backend, its plugin and
+  version, the values each reads, its artifact's files and meta; the program's outputs) and per piece
+  ``piece<i>/program.pt2`` (the piece's own ``ExportedProgram``) beside its artifact's files.
 
 **Reading is checking.** :class:`PackageReader` opens a file only if it is a zip with a manifest of
 this format, and checks every member's size and SHA-256 against the manifest before anything is read
