@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import itertools
 import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -78,10 +79,11 @@ def compile(
     trusted = [b for b in config.backends if config.isolation == "off" or not isolate.wanted(b, "third-party")]
     prepare_in_background(trusted, _device_of(model))
     retry = None
+    rewrites = None
     if config.get("mend"):  # remove graph breaks from the source first (frontends/mend/)
         from ..frontends.mend import cond_refusals, cond_refused, mend, scoped, tracing
 
-        model, _ = mend(model)
+        model, rewrites = mend(model)
     dynamo_backend = shared_backend(config)
     compiled = torch.compile(model, backend=dynamo_backend, fullgraph=fullgraph, dynamic=dynamic)
     # torchmux's Dynamo options (and the mend pass's switches) while Dynamo traces (frontends/dynamo.py);
@@ -101,7 +103,8 @@ def compile(
     if isinstance(compiled, torch.nn.Module):
         use = config.get("replay") and Replay.available() and isinstance(model, torch.nn.Module)
         replay = Replay(model, dynamo_backend) if use else None  # type: ignore[arg-type]  # a Module, as tested
-        compiled.forward = _entry(compiled.forward, model.forward, retry, fullgraph, replay)  # type: ignore[union-attr]
+        judge = _Verdict(model, rewrites, dynamo_backend) if rewrites is not None and rewrites.keys else None
+        compiled.forward = _entry(compiled.forward, model.forward, retry, fullgraph, replay, judge)  # type: ignore[union-attr]
         return compiled
     return functools.wraps(model)(_entry(compiled, model, retry, fullgraph))
 
@@ -174,12 +177,49 @@ def _fullgraph_message(e: BaseException) -> str:
     )
 
 
+class _Verdict:
+    """The mend pass's keep-or-revert in ``compile()`` (``frontends/mend/verdict.py``), once, around the
+    module's first call: that call's capture is recorded (the shared Dynamo backend's recorder, for that
+    call only); where its breaks leave in doubt whether the code as written would break less, both are
+    captured again on copies of the module and inputs (eager backend, output silenced, Dynamo's caches
+    left alone) and compared (:func:`~torchmux.api.explain.verdict_of`). A revert puts the user's own
+    methods back on the module (``unmend``): the next call captures the code as written. The first
+    call's answer is the rewritten code's, which computes the same values."""
+
+    def __init__(self, model: torch.nn.Module, rewrites: Any, backend: TorchmuxDynamoBackend) -> None:
+        self.model, self.rewrites, self.backend = model, rewrites, backend
+        self.reverted: list[str] = []  # why, then each rewrite that was taken back
+
+    def first(self, call: Callable[[], Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        from ..frontends.dynamo import SUPPRESSED, Recorder
+        from ..frontends.mend import unmend
+        from .explain import _unsupported_now, verdict_of
+
+        recorder = Recorder()
+        recorder.unsupported_before = _unsupported_now()  # type: ignore[attr-defined]  # as compile_recorded sets
+        recorder.suppressed_before = len(SUPPRESSED)  # type: ignore[attr-defined]
+        recorder.entry = self.model  # type: ignore[attr-defined]
+        previous, self.backend.recorder = self.backend.recorder, recorder
+        try:
+            out = call()
+        finally:
+            self.backend.recorder = previous
+        why = verdict_of(self.model, args, kwargs, recorder, self.rewrites)
+        if why:
+            self.reverted = [why, *self.rewrites.applied]
+            unmend(self.model)
+            if settings.VERBOSE.get():
+                print(f"[torchmux] the mend pass's rewrites were not kept: {why}", file=sys.stderr)
+        return out
+
+
 def _entry(
     fn: Callable[..., Any],
     original: Callable[..., Any],
     retry: Callable[..., bool] | None,
     fullgraph: bool,
     replay: Replay | None = None,
+    judge: _Verdict | None = None,
 ) -> Callable[..., Any]:
     """What the user calls: ``fn`` (the compiled forward or function) with the API's per-call rules in
     one frame (each wrapper frame costs a call ~0.3 us):
@@ -188,7 +228,8 @@ def _entry(
       the user's code does with it) is kept; Dynamo would quietly trace it as a tensor;
     - ``retry`` (the mend pass's ``cond_refused``): a trace that ``torch.cond`` refused is tried once more;
     - ``fullgraph``: Dynamo's failure becomes a FullGraphError naming the reason and the user's line;
-    - ``replay`` (a module's): a call Dynamo's cache would answer runs its code directly (frontends/replay.py).
+    - ``replay`` (a module's): a call Dynamo's cache would answer runs its code directly (frontends/replay.py);
+    - ``judge``: the mend pass's verdict, made around the first call (:class:`_Verdict`).
     """
     from ..frontends.mend import runtime as mend_runtime
 
@@ -205,10 +246,20 @@ def _entry(
                 return original(*args, **kwargs)
         if kwargs and any(type(v).__module__ == "numpy" for v in kwargs.values()):
             return original(*args, **kwargs)
+        nonlocal judge, replay
+        if judge is not None:
+            verdict, judge = judge, None
+            out = verdict.first(lambda: guarded(args, kwargs), args, kwargs)
+            if verdict.reverted and replay is not None:
+                replay = Replay(verdict.model, verdict.backend)  # the user's forward is the one compiled now
+            return out
         if replay is not None and not kwargs:
             out = replay(args)
             if out is not MISS:
                 return out
+        return guarded(args, kwargs)
+
+    def guarded(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         traces = mend_runtime.COND_TRACES
         try:
             try:

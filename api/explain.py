@@ -326,6 +326,34 @@ def capture(
 _WARM = False
 
 
+def verdict_of(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], recorder: Recorder, rewrites: Any) -> str:
+    """compile()'s verdict on the mend pass after a first call captured with ``recorder``: "" to keep
+    the rewritten code, else why the code as written is captured instead (``frontends/mend/verdict.py``).
+    Only where that capture leaves it in doubt are both forms captured again, on copies (eager backend,
+    output silenced), to compare breaks and capture times; Dynamo's caches are not reset (the user's
+    other compiled models keep theirs)."""
+    from ..frontends.mend import unmend, verdict
+
+    if not verdict.in_doubt(_break_stacks(recorder, report(recorder)), rewrites.keys):
+        return ""
+    captures = []
+    try:
+        for mend in (True, False):
+            m, a, k = verdict.copies(model, args, kwargs)
+            if not mend:
+                unmend(m)  # the copy holds the mended methods bound to it: the code as written runs
+            with verdict.shadowed():
+                start = time.perf_counter()
+                compiled, rec = compile_recorded(m, "eager", mend)
+                compiled(*a, **k)
+                seconds = time.perf_counter() - start
+            found = report(rec, [])
+            captures.append(verdict.Capture(found.graph_break_count + len(found.not_captured), seconds))
+    except Exception:  # noqa: BLE001 -- a form that fails to capture or to copy: keep the rewrites
+        return ""
+    return verdict.keep(captures[0], captures[1])
+
+
 def _break_stacks(recorder: Recorder, result: ExplainReport) -> list[list[tuple[str, int]]]:
     """Each break's frames (file, line), outermost first, and each frame run outside the graphs."""
     stacks = [

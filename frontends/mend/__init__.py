@@ -1,6 +1,6 @@
 """The mend pass, as a package: the algorithm is described in :mod:`.pipeline`."""
 
-from .pipeline import Mended, Rewrites, mend, mend_function, mended, source_of
+from .pipeline import Mended, Rewrites, mend, mend_function, mended, source_of, unmend
 from .switches import cond_refusals, cond_refused, scoped, tracing
 
 __all__ = [
@@ -14,4 +14,5 @@ __all__ = [
     "scoped",
     "source_of",
     "tracing",
+    "unmend",
 ]

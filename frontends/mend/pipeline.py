@@ -158,13 +158,23 @@ def mended(model: Any, enabled: bool = True) -> Iterator[tuple[Any, Rewrites]]:
     finally:
         for m, saved in before:
             for name in list(vars(m)):
-                value = vars(m)[name]
-                if (
-                    isinstance(value, (types.MethodType, types.FunctionType))
-                    and name not in saved
-                    and hasattr(getattr(value, "__func__", value), "_torchmux_mended_from")
-                ):
+                if name not in saved and _is_mended(vars(m)[name]):
                     delattr(m, name)
+
+
+def unmend(model: Any) -> None:
+    """The user's own methods back on every instance ``mend`` bound mended ones to (``model``, its
+    submodules and the objects they hold): the code as written runs again (compile()'s verdict)."""
+    for m, names in _bound_state(model):
+        for name in names:
+            if _is_mended(vars(m)[name]):
+                delattr(m, name)
+
+
+def _is_mended(value: Any) -> bool:
+    return isinstance(value, (types.MethodType, types.FunctionType)) and hasattr(
+        getattr(value, "__func__", value), "_torchmux_mended_from"
+    )
 
 
 def _where(model: torch.nn.Module, name: str) -> str:

@@ -165,3 +165,31 @@ def test_the_measuring_capture_leaves_the_user_state_alone() -> None:
     assert out.getvalue() == ""
     assert torch.equal(torch.random.get_rng_state(), before)
     assert a is not x and torch.equal(a, x) and m is not model
+
+
+def test_compile_reverts_a_rewrite_that_breaks_where_dynamo_did_not() -> None:
+    """The verdict in ``torchmux.compile`` (api/compile.py ``_Verdict``): after the first call, a module
+    whose rewritten capture broke where the code as written does not gets its own methods back, and
+    its next call is captured as written, in one graph; answers as eager's throughout. A rewrite whose
+    capture is not in doubt stays."""
+    from torch._dynamo.utils import counters
+
+    x = torch.randn(2, 4)
+    model = HelperGrad()
+    compiled = torchmux.compile(model, backend="eager")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert "forward" in vars(model)  # compile() bound the mended forward ...
+        torch.testing.assert_close(compiled(x), HelperGrad()(x))
+        assert "forward" not in vars(model)  # ... and taken back: the user's forward runs
+        torch.testing.assert_close(compiled(x), HelperGrad()(x))  # captured as written
+        graphs = counters["stats"]["unique_graphs"]
+        torch.testing.assert_close(compiled(x), HelperGrad()(x))
+    assert counters["stats"]["unique_graphs"] == graphs  # no capture after the second call
+
+    kept, y = TensorIf().eval(), torch.randn(2, 4)
+    compiled = torchmux.compile(kept, backend="eager")
+    with warnings.catch_warnings(), redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        torch.testing.assert_close(compiled(y), TensorIf.forward(kept, y))  # the class's forward: as written
+    assert "forward" in vars(kept)  # its if became torch.cond and the capture is one graph: kept
