@@ -15,7 +15,9 @@ its module path); a deployed model should not pay that. ``export`` is the second
    load it, checked again, and only that loaded form is timed, in interleaved rounds
    (:data:`EXPORT_TIMING_SECONDS`; ``time_rounds``/``choose``). What compile() runs and what a package
    runs differ (ONNX Runtime's package session has its own arena and no I/O binding); the choice is
-   made on what the package runs.
+   made on what the package runs. With ``options={"split": N}`` a split placement joins them
+   (:func:`_split`): pieces placed by measurement, each built from its own exported program, saved,
+   loaded back and wired (``load.Pieces``), checked and timed like the rest.
 3. **Save** (``ExportedModel.save``): the package (``core/package.py``) holds the ``ExportedProgram``,
    the chosen backend's artifact in its native form (``Backend.save``), and ``plan.json``: the inputs'
    specs and ranges, the pytree specs, and every candidate's measurement, best first.
