@@ -1025,3 +1025,24 @@ def test_a_check_costs_about_an_eager_call():
     assert "aten::_to_copy" not in full and "aten::index" not in full, full  # no float64 copy, no masks
     assert len(full) <= 12, full  # eight passes (an op's nested dispatch, abs -> abs.out, is listed twice)
     assert "outside tolerance" in (mismatch([ref[0] + 1], ref) or "")  # and it still says where and by how much
+
+
+def test_small_outputs_are_judged_alike_in_numpy():
+    """Outputs of up to 65,536 elements are compared in NumPy (a torch op's dispatch cost more than the
+    MLP call it checked): the same verdicts as the full rule, on a value within tolerance, one outside
+    it, a NaN or an infinity on either side, half precision, and a non-contiguous view."""
+    from torchmux.core.compare import _close, mismatch
+
+    g = torch.Generator().manual_seed(0)
+    r = torch.randn(4, 64, generator=g)
+    assert mismatch([r * (1 + 1e-6)], [r]) is None and _close(r * (1 + 1e-6), r, 1e-4, 1e-4)
+    for bad, why in (
+        (r.clone().index_fill_(1, torch.tensor([5]), 9.0), "outside tolerance"),
+        (r.clone().index_fill_(1, torch.tensor([5]), float("nan")), "NaN in"),
+        (r.clone().index_fill_(1, torch.tensor([5]), float("inf")), "outside tolerance"),
+    ):
+        assert not _close(bad, r, 1e-4, 1e-4)
+        assert why in (mismatch([bad], [r]) or ""), mismatch([bad], [r])
+    with_inf = r.clone().index_fill_(1, torch.tensor([7]), float("inf"))
+    assert mismatch([with_inf.clone()], [with_inf]) is None  # the same infinity: the full rule accepts it
+    assert mismatch([r.half()], [r.half()]) is None and mismatch([r.t()], [r.t().contiguous()]) is None
