@@ -103,7 +103,8 @@ def compile(
     if isinstance(compiled, torch.nn.Module):
         use = config.get("replay") and Replay.available() and isinstance(model, torch.nn.Module)
         replay = Replay(model, dynamo_backend) if use else None  # type: ignore[arg-type]  # a Module, as tested
-        judge = _Verdict(model, rewrites, dynamo_backend) if rewrites is not None and rewrites.keys else None
+        mended = rewrites is not None and rewrites.keys and isinstance(model, torch.nn.Module)
+        judge = _Verdict(model, rewrites, dynamo_backend) if mended else None  # type: ignore[arg-type]  # a Module
         compiled.forward = _entry(compiled.forward, model.forward, retry, fullgraph, replay, judge)  # type: ignore[union-attr]
         return compiled
     return functools.wraps(model)(_entry(compiled, model, retry, fullgraph))

@@ -288,7 +288,7 @@ def _split(
                     device,
                     torch.get_num_threads(),
                     config.options_for(backend),
-                    lambda p=program: p,
+                    _constant(program),
                     partial(pkg.numpy_weights, program),
                 )
                 fn = b.load(load_request)
@@ -316,6 +316,10 @@ def _split(
     m.compile_seconds = time.perf_counter() - t0
     meta = {"pieces": entries, "outputs": outputs if not wrong else [], "cuts": list(plan.cuts)}
     return m, SavedGraph(files, meta, native=any(e["native"] for e in entries)), runner if not wrong else list
+
+
+def _constant(value: Any) -> Callable[[], Any]:
+    return lambda: value
 
 
 def _wiring(parent: torch.fx.GraphModule) -> tuple[list[list[list[int]]], list[list[int]]]:

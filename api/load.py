@@ -426,7 +426,7 @@ class LoadedModel(_Call):
             base = f"{folder}piece{i}/"
             why = self._untrusted(base, p, [base + f for f in p["files"]])
             data = self.reader.read(base + "program.pt2")
-            program = _Lazy(lambda data=data: torch.export.load(io.BytesIO(data)))
+            program = _Lazy(partial(_load_program, data))
             if p["backend"] == "eager":
                 fns.append(pkg.program_runner(program()))
             elif p.get("saved") and why is None:
@@ -570,6 +570,10 @@ class _Lazy:
         if not self._made:
             self._value, self._made = self._make(), True
         return self._value
+
+
+def _load_program(data: bytes) -> torch.export.ExportedProgram:
+    return torch.export.load(io.BytesIO(data))
 
 
 def _program_arrays(data: bytes, program: Callable[[], Any]) -> Mapping[str, Any]:
