@@ -185,13 +185,19 @@ class _Verdict:
     captured again on copies of the module and inputs (eager backend, output silenced, Dynamo's caches
     left alone) and compared (:func:`~torchmux.api.explain.verdict_of`). A revert puts the user's own
     methods back on the module (``unmend``): the next call captures the code as written. The first
-    call's answer is the rewritten code's, which computes the same values."""
+    call's answer is the rewritten code's, which computes the same values. In a distributed run (a
+    process group initialized) the rewrites are kept without a verdict."""
 
     def __init__(self, model: torch.nn.Module, rewrites: Any, backend: TorchmuxDynamoBackend) -> None:
         self.model, self.rewrites, self.backend = model, rewrites, backend
         self.reverted: list[str] = []  # why, then each rewrite that was taken back
 
     def first(self, call: Callable[[], Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            # a distributed program keeps the rewrites: the verdict's captures run the module's forward on
+            # copies, and a wrapper's hooks there (FSDP's all-gathers, its state machine) are not for copies
+            return call()
         from ..frontends.dynamo import SUPPRESSED, Recorder
         from ..frontends.mend import unmend
         from .explain import _unsupported_now, verdict_of

@@ -297,7 +297,7 @@ def capture(
     finally:
         torch._dynamo.reset()
     result = report(recorder)
-    if not mend or not verdict.in_doubt(_break_stacks(recorder, result), rewrites.keys):
+    if not mend or not verdict.in_doubt(_break_stacks(recorder, result.not_captured), rewrites.keys):
         return out, result
     try:
         m, a, k = verdict.copies(model, args, kwargs)
@@ -334,7 +334,9 @@ def verdict_of(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], record
     other compiled models keep theirs)."""
     from ..frontends.mend import unmend, verdict
 
-    if not verdict.in_doubt(_break_stacks(recorder, report(recorder)), rewrites.keys):
+    reasons = break_reasons_of(recorder.graphs)
+    stacks = _break_stacks(recorder, not_captured(recorder, reasons))
+    if not verdict.in_doubt(stacks, rewrites.keys):
         return ""
     captures = []
     try:
@@ -354,14 +356,14 @@ def verdict_of(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], record
     return verdict.keep(captures[0], captures[1])
 
 
-def _break_stacks(recorder: Recorder, result: ExplainReport) -> list[list[tuple[str, int]]]:
+def _break_stacks(recorder: Recorder, skipped: list[BreakReason]) -> list[list[tuple[str, int]]]:
     """Each break's frames (file, line), outermost first, and each frame run outside the graphs."""
     stacks = [
         [(f.filename, f.lineno or 0) for f in g.break_reason.user_stack]
         for g in recorder.graphs
         if g.break_reason is not None and getattr(g.break_reason, "graph_break", False) and g.break_reason.user_stack
     ]
-    return stacks + [[(r.filename, r.lineno)] for r in result.not_captured]
+    return stacks + [[(r.filename, r.lineno)] for r in skipped]
 
 
 # --- what Dynamo did not capture: skipped frames, recompile limits, graphs run eagerly -----------------

@@ -90,9 +90,11 @@ def _close(o: torch.Tensor, r: torch.Tensor, rtol: float, atol: float) -> bool:
     if r.dtype in (torch.float16, torch.bfloat16):
         o, r = o.float(), r.float()
     if r.device.type == "cpu" and r.numel() <= _SMALL:
+        # on copies: a NumPy view marks a storage as never resizable again, and an output may be storage
+        # its program resizes later (FSDP frees an all-gathered weight that a training graph returns)
         try:
-            return _close_numpy(o.numpy(), r.numpy(), rtol, atol)
-        except (RuntimeError, TypeError):  # a tensor NumPy cannot view (a conjugate or negative bit): torch's way
+            return _close_numpy(o.clone().numpy(), r.clone().numpy(), rtol, atol)
+        except (RuntimeError, TypeError):  # a tensor NumPy cannot hold (a conjugate or negative bit): torch's way
             pass
     lo, hi = torch.aminmax(r)  # one pass; NaN if any value is NaN
     low, high = float(lo), float(hi)
