@@ -224,7 +224,15 @@ def _split(
     from ..autotune.verify import check_call, clone_inputs
     from .load import Pieces
 
-    if config.split_segments < 2 or not config.auto or not frozen.is_static:
+    if config.split_segments < 2 or not config.auto:
+        return None
+    if not frozen.is_static:
+        warnings.warn(
+            "torchmux.export: options['split'] is for static shapes; with dynamic_shapes the program is placed "
+            "whole (export without dynamic_shapes, one package per shape, to measure a split)",
+            TorchmuxFallbackWarning,
+            stacklevel=3,
+        )
         return None
     pool = [by_name[n] for n in contenders(results, SCREEN_FACTOR) if n in by_name]
     if len(pool) < 2:

@@ -442,6 +442,14 @@ def test_a_split_placement_ships_each_piece_in_its_native_form(tmp_path, monkeyp
     )
     assert "chosen: split(late_pointwise,late_products)" in out.stdout, out.stdout + out.stderr
     assert "piece 1: 19 ops on late_products" in out.stdout, out.stdout
+    with pytest.warns(torchmux.TorchmuxFallbackWarning, match=r"split'\] is for static shapes"):
+        torchmux.export(
+            model,
+            (x,),
+            backend=["late_products", "late_pointwise"],
+            dynamic_shapes=({0: Dim("batch", min=2, max=32)},),
+            options={"split": 2, "autotune_budget": 0.2},
+        )
     alone = _load_in_child(path, (y,), _eager(model, y))  # the late backends are not installed there
     assert alone["backend"] == "eager" and alone["err"] < 1e-5
     assert any("late_pointwise cannot run here" in w for w in alone["warnings"]), alone["warnings"]
