@@ -546,6 +546,14 @@ class LoadedModel(_Call):
         registry = get_registry()
         if self.backend == "eager":
             fn: Callable[..., Any] = pkg.program_runner(fresh)
+        elif self.backend.startswith(SPLIT):
+            warnings.warn(
+                f"torchmux: a split placement ({self.backend}) is not rebuilt with new weights (each piece holds "
+                "its own); eager runs them. Export again with the new weights to place them",
+                TorchmuxFallbackWarning,
+                stacklevel=2,
+            )
+            self.backend, fn = "eager", pkg.program_runner(fresh)
         else:
             try:
                 fn = self._rebuild(registry.get(self.backend), fresh)

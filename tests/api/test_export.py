@@ -450,6 +450,15 @@ def test_a_split_placement_ships_each_piece_in_its_native_form(tmp_path, monkeyp
             dynamic_shapes=({0: Dim("batch", min=2, max=32)},),
             options={"split": 2, "autotune_budget": 0.2},
         )
+    m = torchmux.load(path)  # here the late backends are installed: the split runs; new weights go to eager
+    assert m.backend == exported.backend
+    other = ProductsThenPointwise().eval()
+    with torch.no_grad():
+        other.w1.mul_(0.5)
+    with pytest.warns(torchmux.TorchmuxFallbackWarning, match="not rebuilt with new weights .*eager runs them"):
+        m.load_state_dict(other.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(m(y), other(y))
     alone = _load_in_child(path, (y,), _eager(model, y))  # the late backends are not installed there
     assert alone["backend"] == "eager" and alone["err"] < 1e-5
     assert any("late_pointwise cannot run here" in w for w in alone["warnings"]), alone["warnings"]
