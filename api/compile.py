@@ -178,6 +178,11 @@ def _fullgraph_message(e: BaseException) -> str:
     )
 
 
+#: compile()'s verdict copies the module to capture it again; a module holding more than this (weights and
+#: buffers) keeps the rewrites without a verdict rather than risk the memory of a second copy
+VERDICT_COPY_BYTES = 1 << 30
+
+
 class _Verdict:
     """The mend pass's keep-or-revert in ``compile()`` (``frontends/mend/verdict.py``), once, around the
     module's first call: that call's capture is recorded (the shared Dynamo backend's recorder, for that
@@ -186,7 +191,8 @@ class _Verdict:
     left alone) and compared (:func:`~torchmux.api.explain.verdict_of`). A revert puts the user's own
     methods back on the module (``unmend``): the next call captures the code as written. The first
     call's answer is the rewritten code's, which computes the same values. In a distributed run (a
-    process group initialized) the rewrites are kept without a verdict."""
+    process group initialized), or for a module over :data:`VERDICT_COPY_BYTES`, the rewrites are kept
+    without a verdict."""
 
     def __init__(self, model: torch.nn.Module, rewrites: Any, backend: TorchmuxDynamoBackend) -> None:
         self.model, self.rewrites, self.backend = model, rewrites, backend
@@ -197,6 +203,9 @@ class _Verdict:
         if dist.is_available() and dist.is_initialized():
             # a distributed program keeps the rewrites: the verdict's captures run the module's forward on
             # copies, and a wrapper's hooks there (FSDP's all-gathers, its state machine) are not for copies
+            return call()
+        held = sum(t.numel() * t.element_size() for t in itertools.chain(self.model.parameters(), self.model.buffers()))
+        if held > VERDICT_COPY_BYTES:  # a copy of a large model could take the memory the program needs
             return call()
         from ..frontends.dynamo import SUPPRESSED, Recorder
         from ..frontends.mend import unmend

@@ -193,3 +193,17 @@ def test_compile_reverts_a_rewrite_that_breaks_where_dynamo_did_not() -> None:
         warnings.simplefilter("ignore")
         torch.testing.assert_close(compiled(y), TensorIf.forward(kept, y))  # the class's forward: as written
     assert "forward" in vars(kept)  # its if became torch.cond and the capture is one graph: kept
+
+
+def test_compile_keeps_the_rewrites_of_a_module_too_large_to_copy(monkeypatch) -> None:
+    """The verdict copies the module; past ``VERDICT_COPY_BYTES`` of weights it is not taken (the rewrites
+    stay, answers as eager's)."""
+    from torchmux.api import compile as api_compile
+
+    monkeypatch.setattr(api_compile, "VERDICT_COPY_BYTES", -1)
+    x, model = torch.randn(2, 4), HelperGrad()
+    compiled = torchmux.compile(model, backend="eager")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.testing.assert_close(compiled(x), HelperGrad()(x))
+    assert "forward" in vars(model)  # no verdict: the mended forward stays
