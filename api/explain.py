@@ -300,13 +300,7 @@ def capture(
     if not mend or not verdict.in_doubt(_break_stacks(recorder, result.not_captured), rewrites.keys):
         return out, result
     try:
-        m, a, k = verdict.copies(model, args, kwargs)
-        with verdict.shadowed():
-            start = time.perf_counter()
-            compiled, recorder = compile_recorded(m, "eager", False)  # its breaks and capture time only
-            compiled(*a, **k)
-            original_seconds = time.perf_counter() - start
-        original = report(recorder, [])
+        original, original_seconds = _capture_copy(model, args, kwargs, mend=False)  # its breaks and time only
     except Exception:  # noqa: BLE001 -- the code as written fails to capture or to copy: keep the rewrites
         return out, result
     finally:
@@ -332,7 +326,7 @@ def verdict_of(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], record
     Only where that capture leaves it in doubt are both forms captured again, on copies (eager backend,
     output silenced), to compare breaks and capture times; Dynamo's caches are not reset (the user's
     other compiled models keep theirs)."""
-    from ..frontends.mend import unmend, verdict
+    from ..frontends.mend import verdict
 
     reasons = break_reasons_of(recorder.graphs)
     stacks = _break_stacks(recorder, not_captured(recorder, reasons))
@@ -341,19 +335,28 @@ def verdict_of(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], record
     captures = []
     try:
         for mend in (True, False):
-            m, a, k = verdict.copies(model, args, kwargs)
-            if not mend:
-                unmend(m)  # the copy holds the mended methods bound to it: the code as written runs
-            with verdict.shadowed():
-                start = time.perf_counter()
-                compiled, rec = compile_recorded(m, "eager", mend)
-                compiled(*a, **k)
-                seconds = time.perf_counter() - start
-            found = report(rec, [])
+            found, seconds = _capture_copy(model, args, kwargs, mend)
             captures.append(verdict.Capture(found.graph_break_count + len(found.not_captured), seconds))
     except Exception:  # noqa: BLE001 -- a form that fails to capture or to copy: keep the rewrites
         return ""
     return verdict.keep(captures[0], captures[1])
+
+
+def _capture_copy(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], mend: bool) -> tuple[ExplainReport, float]:
+    """One capture of copies of ``model`` and its inputs, run only to be measured (eager backend, output
+    silenced, random state restored): its report and its seconds. ``mend`` False captures the code as
+    written, also where the model already holds mended methods (a compiled model's)."""
+    from ..frontends.mend import unmend, verdict
+
+    m, a, k = verdict.copies(model, args, kwargs)
+    if not mend:
+        unmend(m)  # a copy of a compiled model holds the mended methods bound to it
+    with verdict.shadowed():
+        start = time.perf_counter()
+        compiled, recorder = compile_recorded(m, "eager", mend)
+        compiled(*a, **k)
+        seconds = time.perf_counter() - start
+    return report(recorder, []), seconds
 
 
 def _break_stacks(recorder: Recorder, skipped: list[BreakReason]) -> list[list[tuple[str, int]]]:

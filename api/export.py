@@ -119,7 +119,7 @@ def export(
     )
     results = _check_range(frozen, captured, results, flat)
     by_name = {b.name: b for b in candidates}
-    saved, shipped = _ship(frozen, captured, results, by_name, flat, config)
+    saved, shipped = _ship(frozen, captured, results, by_name, flat, config, device)
     live = [(m, shipped[m.backend]) for m in results if m.ok and m.backend in shipped]
     budget = float(config.get("autotune_budget")) if "autotune_budget" in config.own else EXPORT_TIMING_SECONDS
     if config.auto and len(live) > 1:
@@ -128,10 +128,11 @@ def export(
         time_rounds(live, flat, budget, EXPORT_MAX_ROUNDS)
         found = _split(frozen, results, by_name, flat, config, device)
         if found is not None:
-            results.append(found[0])
-            if found[0].ok:  # the split as it ships, timed again with every whole candidate
-                saved[found[0].backend], shipped[found[0].backend] = found[1], found[2]
-                live.append((found[0], found[2]))
+            split, ships = found
+            results.append(split)
+            if ships is not None:  # the split as it ships, timed again with every whole candidate
+                saved[split.backend], shipped[split.backend] = ships
+                live.append((split, ships[1]))
                 for m, _ in live:
                     m.seconds = math.inf
                 time_rounds(live, flat, budget, EXPORT_MAX_ROUNDS)
@@ -158,6 +159,7 @@ def _ship(
     by_name: Mapping[str, Backend],
     flat: Sequence[torch.Tensor],
     config: Any,
+    device: str,
 ) -> tuple[dict[str, SavedGraph], dict[str, Callable[..., Any]]]:
     """Each correct candidate in the form a package ships it: saved (``Backend.save``), loaded back
     (``Backend.load``, as ``torchmux.load`` will in another process) and checked again against the
@@ -175,12 +177,8 @@ def _ship(
         b, fn = by_name[m.backend], m.placement.fn
         request = CompileRequest(frozen, flat, config.mode, config.options_for(m.backend), program=program)
         try:
-            artifact = b.save(fn, request) if m.placement.regions == 1 else None
+            artifact, fn = _saved_and_loaded(b, m.placement, request, device)
             if artifact is not None:
-                opts = config.options_for(m.backend)
-                device = flat[0].device.type if flat else "cpu"
-                weights = partial(pkg.numpy_weights, program)
-                fn = b.load(LoadRequest(artifact, device, torch.get_num_threads(), opts, lambda: program, weights))
                 saved[m.backend] = artifact
         except Exception as e:  # a backend that cannot save or load here is rebuilt at load: never a failed export
             warnings.warn(
@@ -203,6 +201,21 @@ def _ship(
     return saved, shipped
 
 
+def _saved_and_loaded(
+    b: Backend, placement: Any, request: CompileRequest, device: str
+) -> tuple[SavedGraph | None, Callable[..., Any]]:
+    """A compiled placement as a package ships it: saved by its backend and loaded back as ``torchmux.load``
+    will (with the request's program, and that program's weights); ``(None, the compiled callable)``
+    where the backend saves nothing (or the placement spans several regions)."""
+    artifact = b.save(placement.fn, request) if placement.regions == 1 else None
+    if artifact is None:
+        return None, placement.fn
+    program = request.program
+    weights = partial(pkg.numpy_weights, program)
+    load = LoadRequest(artifact, device, torch.get_num_threads(), request.options, _constant(program), weights)
+    return artifact, b.load(load)
+
+
 def _split(
     frozen: GraphIR,
     results: Sequence[Measurement],
@@ -210,14 +223,15 @@ def _split(
     flat: Sequence[torch.Tensor],
     config: Any,
     device: str,
-) -> tuple[Measurement, SavedGraph, Callable[..., Any]] | None:
+) -> tuple[Measurement, tuple[SavedGraph, Callable[..., Any]] | None] | None:
     """Step 2b, ``options={"split": N}`` under auto (static shapes): the program cut into up to N pieces
     and each piece placed by measurement, as ``compile()`` does (``autotune/split.py``). The winners are
     then built the way a package ships them: each piece exported on its own (``torch.export`` of the
     piece's graph), compiled from that program by its backend, saved in its native form, loaded back,
     and the pieces wired in order (:class:`Pieces`); the whole is checked against the program's
-    reference and joins the candidates' timing rounds. None: nothing to split (too small, dynamic
-    shapes, fewer than two contenders, one backend won every piece). Each piece stores its program
+    reference and joins the candidates' timing rounds. Returns its measurement and, when it is correct,
+    what ships (the artifact, the loaded callable); None: nothing to split (too small, dynamic shapes,
+    fewer than two contenders, one backend won every piece). Each piece stores its program
     (its weights; what it is rebuilt from), so a split package holds its weights a second time."""
     from ..autotune.split import contenders, label, place_segments, split
     from ..autotune.tuner import SCREEN_FACTOR
@@ -252,11 +266,7 @@ def _split(
             deadline=deadline,
         )
     except Exception as e:  # an fx pass on an unusual graph: no split candidate
-        return (
-            Measurement("split", math.inf, False, f"split failed: {type(e).__name__}: {str(e)[:200]}"),
-            SavedGraph({}),
-            list,
-        )
+        return Measurement("split", math.inf, False, f"split failed: {type(e).__name__}: {str(e)[:200]}"), None
     if placed is None:
         return None
     plan = placed[0]
@@ -284,22 +294,12 @@ def _split(
             if not m.ok or m.placement is None:
                 raise RuntimeError(f"piece {i} on {backend}: {m.reason}")
             request = CompileRequest(piece.ir, piece.args, config.mode, config.options_for(backend), program=program)
-            artifact = b.save(m.placement.fn, request) if m.placement.regions == 1 else None
+            artifact, fn = _saved_and_loaded(b, m.placement, request, device)
             buf = io.BytesIO()
             torch.export.save(program, buf)
             files[f"piece{i}/program.pt2"] = buf.getvalue()
-            fn = m.placement.fn
             if artifact is not None:
                 files.update({f"piece{i}/{f}": data for f, data in artifact.files.items()})
-                load_request = LoadRequest(
-                    artifact,
-                    device,
-                    torch.get_num_threads(),
-                    config.options_for(backend),
-                    _constant(program),
-                    partial(pkg.numpy_weights, program),
-                )
-                fn = b.load(load_request)
             entries.append(
                 {
                     "backend": backend,
@@ -322,8 +322,10 @@ def _split(
         wrong = f"crashed: {type(e).__name__}: {str(e)[:200]}"
     m = Measurement(name, math.inf, not wrong, f"its saved and loaded form: {wrong}" if wrong else "")
     m.compile_seconds = time.perf_counter() - t0
-    meta = {"pieces": entries, "outputs": outputs if not wrong else [], "cuts": list(plan.cuts)}
-    return m, SavedGraph(files, meta, native=any(e["native"] for e in entries)), runner if not wrong else list
+    if wrong:
+        return m, None
+    meta = {"pieces": entries, "outputs": outputs, "cuts": list(plan.cuts)}
+    return m, (SavedGraph(files, meta, native=any(e["native"] for e in entries)), runner)
 
 
 def _constant(value: Any) -> Callable[[], Any]:
@@ -605,18 +607,16 @@ class ExportedModel(_Call):
         buf = io.BytesIO()
         torch.export.save(self.captured.program, buf)
         members: dict[str, bytes] = {pkg.PROGRAM: buf.getvalue(), pkg.PLAN: json.dumps(self.plan, indent=1).encode()}
-        native = set()
+        native: set[str] = set()
         for name, artifact in self.saved.items():
             folder = f"artifacts/{_folder(name)}/"
             members[folder + "meta.json"] = json.dumps(_jsonable(dict(artifact.meta))).encode()
-            pieces = artifact.meta.get("pieces") if name.startswith(SPLIT) else None
-            for file, data in artifact.files.items():
-                members[folder + file] = data
-            for file in artifact.files:
-                if pieces is None and artifact.native:
-                    native.add(folder + file)
-            for i, piece in enumerate(pieces or ()):  # a split: the native pieces' files only
-                native.update(f"{folder}piece{i}/{f}" for f in piece["files"] if piece["native"])
+            members.update({folder + file: data for file, data in artifact.files.items()})
+            if name.startswith(SPLIT):  # the native pieces' files only
+                for i, piece in enumerate(artifact.meta["pieces"]):
+                    native.update(f"{folder}piece{i}/{f}" for f in piece["files"] if piece["native"])
+            elif artifact.native:
+                native.update(folder + file for file in artifact.files)
         registry = get_registry()
         versions = {c["backend"]: c["version"] for c in self.plan["candidates"]}
         info = {

@@ -17,6 +17,7 @@ backend from the program (:meth:`LoadedModel._rebuild`) imports them when it hap
 from __future__ import annotations
 
 import collections
+import functools
 import io
 import operator
 import warnings
@@ -161,7 +162,6 @@ class _Call:
         self._n = len(plan["inputs"])
         # every input positional, each a tensor: the call's args are the flat inputs themselves
         self._positional = self._in_spec == pytree.tree_structure(((0,) * self._n, {}))
-        self._single = self._out_spec == pytree.tree_structure(0)
         self._build = _builder(self._out_spec)
         self._symbols = {k: (v[0], v[1]) for k, v in plan["symbols"].items()}
         self._names = dict(plan.get("names") or {})  # the user's Dim names (packages before them: none)
@@ -277,10 +277,7 @@ class _Call:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         flat = self._flat(args, kwargs)
         self._check(flat)
-        out = self._fn(*flat)
-        if self._single:
-            return out[0]
-        return self._build(out)
+        return self._build(self._fn(*flat))
 
     def run_flat(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         """The flat inputs in, the flat outputs out (checked the same way): no output structure is rebuilt
@@ -426,7 +423,7 @@ class LoadedModel(_Call):
             base = f"{folder}piece{i}/"
             why = self._untrusted(base, p, [base + f for f in p["files"]])
             data = self.reader.read(base + "program.pt2")
-            program = _Lazy(partial(_load_program, data))
+            program = functools.cache(partial(_load_program, data))  # deserialized only if something needs it
             if p["backend"] == "eager":
                 fns.append(pkg.program_runner(program()))
             elif p.get("saved") and why is None:
@@ -566,18 +563,6 @@ class LoadedModel(_Call):
                 )
                 self.backend, fn = "eager", pkg.program_runner(fresh)
         self._program, self._fn = fresh, fn
-
-
-class _Lazy:
-    """A value made on first use and kept (a piece's program: deserialized only if something needs it)."""
-
-    def __init__(self, make: Callable[[], Any]) -> None:
-        self._make, self._value, self._made = make, None, False
-
-    def __call__(self) -> Any:
-        if not self._made:
-            self._value, self._made = self._make(), True
-        return self._value
 
 
 def _load_program(data: bytes) -> torch.export.ExportedProgram:
