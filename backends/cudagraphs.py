@@ -2,7 +2,8 @@
 
 It removes per-op launch overhead (the win for small batches on a GPU), not work. The graph is
 recorded from the eager ATen graph on static input buffers; each call copies the inputs in, replays,
-and returns clones of the outputs (so a later replay cannot overwrite what the caller holds).
+and returns clones of the outputs (so a later replay cannot overwrite what the caller holds; a backward
+graph's None gradients pass as they are).
 Available only where CUDA is.
 """
 
@@ -56,7 +57,7 @@ class CudaGraphsBackend(extend.Backend):
                 if isinstance(dst, torch.Tensor):
                     dst.copy_(src)
             graph.replay()
-            return [t.clone() for t in static_out]
+            return [t.clone() if isinstance(t, torch.Tensor) else t for t in static_out]  # a backward's None
 
         return run
 

@@ -219,6 +219,7 @@ class Registry:
         return [e.backend for n, e in self._entries.items() if self.availability(n).ok]
 
     def info(self) -> list[BackendInfo]:
+        """One row per backend: what it is, whether it runs here and why not, the devices it runs on here."""
         rows = []
         for name, e in self._entries.items():
             avail = self.availability(name)
@@ -226,11 +227,14 @@ class Registry:
                 version = e.backend.version
             except Exception:
                 version = "?"
+            devices = tuple(e.backend.devices)
+            if avail.ok:  # what it runs on here: ONNX Runtime's CPU-only wheel lists no CUDA provider
+                devices = tuple(d for d in devices if _supports_device(e.backend, d))
             rows.append(
                 BackendInfo(
                     name,
                     version,
-                    tuple(e.backend.devices),
+                    devices,
                     avail.ok,
                     avail.reason,
                     e.plugin,
@@ -274,6 +278,13 @@ def _distribution_of(module: str) -> str:
     """The installed distribution that provides ``module`` (a TORCHMUX_PLUGINS entry); "TORCHMUX_PLUGINS" if none does."""
     dists = importlib.metadata.packages_distributions().get(module.split(".")[0], [])
     return dists[0] if dists else "TORCHMUX_PLUGINS"
+
+
+def _supports_device(backend: Backend, device: str) -> bool:
+    try:
+        return bool(backend.supports_device(device))
+    except Exception:  # noqa: BLE001 -- a plugin's own check that fails: its declared devices stand
+        return True
 
 
 def _is_backend(obj: Any) -> bool:

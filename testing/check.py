@@ -112,7 +112,8 @@ def check_sizes(backend: Backend, ir: GraphIR, calls: Sequence[Sequence[Any]], t
     return None
 
 
-def check_nonfinite(backend: Backend, case: Any, dtype: torch.dtype) -> str | None:
-    """:func:`check` on the case's NaN/±inf variant: None if the backend matches eager on them too."""
-    inputs = case.nonfinite_inputs(dtype)
-    return check(backend, case_ir(case.fn, case.inputs(dtype), case.id), inputs, case.tol, values_only=True)
+def check_nonfinite(backend: Backend, case: Any, dtype: torch.dtype, device: str = "cpu") -> str | None:
+    """:func:`check` on the case's NaN/±inf variant, on ``device``: None if the backend matches eager on them too."""
+    inputs = [t.to(device) for t in case.nonfinite_inputs(dtype)]
+    traced = [t.to(device) for t in case.inputs(dtype)]
+    return check(backend, case_ir(case.fn, traced, case.id), inputs, case.tol, values_only=True)

@@ -275,7 +275,7 @@ def _run_nonfinite(backend: Backend, item: Item) -> list[Result]:
         why = "listed in nonfinite_unsafe: the runtime re-checks every call with NaN/±inf inputs"
         return [Result("nonfinite", case.op, _name(item.dtype), "skip", why)]
     try:
-        wrong = check_nonfinite(backend, case, item.dtype)
+        wrong = check_nonfinite(backend, case, item.dtype, item.device)
     except Exception as e:  # noqa: BLE001
         wrong = f"crashed: {type(e).__name__}: {_line(e)}"
     if wrong:
@@ -286,7 +286,7 @@ def _run_nonfinite(backend: Backend, item: Item) -> list[Result]:
 def _run_sizes(backend: Backend, item: Item) -> list[Result]:
     case = item.case
     assert case is not None
-    first = case.inputs(torch.float32)
+    first = [t.to(item.device) for t in case.inputs(torch.float32)]
     second = grown(first)
     try:
         case.fn(*second)
@@ -410,8 +410,8 @@ def conformance_tests(
         reason = "" if avail.ok else avail.reason
     except Exception as e:  # noqa: BLE001 -- the runtime counts it unavailable too
         reason = f"its availability check raised {type(e).__name__}: {e}"
-    if not reason and device not in b.devices:
-        reason = f"{b.name} does not run on {device} (its devices: {', '.join(b.devices)})"
+    if not reason and not b.supports_device(device):
+        reason = f"{b.name} does not run on {device} here (its devices: {', '.join(b.devices)})"
     if not reason and device == "cuda" and not torch.cuda.is_available():
         reason = "no CUDA device here"
     if reason:

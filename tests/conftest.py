@@ -97,3 +97,17 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-u
     server = RedisServer(str(tmp_path_factory.mktemp("redis")))
     yield server
     server.kill()
+
+
+# ------------------------------------------------------------------------------------------ failure log
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With TORCHMUX_FAIL_LOG set, each failure is written to that file as it happens (the GPU machine's
+    runs end at a hard time limit, before pytest's summary): the test, its error line, then its traceback's
+    last lines."""
+    path = os.environ.get("TORCHMUX_FAIL_LOG")
+    if not path or not report.failed:
+        return
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = report.longreprtext
+    with open(path, "a") as f:
+        f.write(f"### {report.nodeid} [{report.when}]\n{crash.message if crash else ''}\n{text[-2500:]}\n\n")

@@ -1,0 +1,51 @@
+#!/bin/bash
+# The GPU machine's checks in one run: the `gpu`-marked tests, the Triton bandwidth figures and the bench
+# on CUDA. Run from the repository root on a machine with a CUDA GPU and PyTorch, Triton and pluggy
+# installed (nothing is fetched): logs go to $OUT (default ./gpu-out), one file per step, and the bench's
+# folder as bench.tar.gz. Each step has its own time limit so that one that hangs leaves the others.
+#
+#   OUT=/tmp/gpu [STEPS="bandwidth tests bench"] [SYSTEMS=...] bash bench/scripts/gpu_checks.sh [tests-seconds] [bench-seconds] [bench models]
+#
+# Each failing test is written to $OUT/fails.txt as it fails (tests/conftest.py, TORCHMUX_FAIL_LOG).
+set -u
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+T_TESTS=${1:-150}
+T_BENCH=${2:-150}
+MODELS=${3:-mlp,resnet,bert}
+PY=${PY:-python3}
+STEPS=${STEPS:-bandwidth tests bench}
+SYSTEMS=${SYSTEMS:-eager,inductor,aoti,torchmux:auto,torchmux:triton,torchmux:cudagraphs,torchmux-export:auto}
+step() { echo "== $1 $(date +%T)" | tee -a "$OUT/steps.txt"; }
+
+step env
+{ nvidia-smi -L; $PY -c "import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__, torch.cuda.get_device_name())"; } >"$OUT/env.txt" 2>&1
+# an offline install: the entry points register the built-in backends
+$PY -m pip install -q --no-deps --no-build-isolation --no-index -e . >>"$OUT/env.txt" 2>&1 || $PY -m pip install -q --no-deps --no-build-isolation --no-index . >>"$OUT/env.txt" 2>&1
+$PY -c "import torchmux
+for r in torchmux.list_backends(): print(r)" >>"$OUT/env.txt" 2>&1
+
+case " $STEPS " in *" bandwidth "*)
+step triton_bandwidth
+timeout 90 $PY -m torchmux.bench.scripts.triton_bandwidth --rows 8192 --cols 4096 >"$OUT/bandwidth.txt" 2>&1
+echo "rc=$?" >>"$OUT/bandwidth.txt" ;;
+esac
+
+case " $STEPS " in *" tests "*)
+step tests
+N=$(( $(nproc) > 15 ? 14 : $(nproc) ))
+TORCHMUX_FAIL_LOG="$OUT/fails.txt" timeout "$T_TESTS" $PY -m pytest -q -p no:randomly -p no:cacheprovider -p no:benchmark -m gpu -n "$N" --timeout 120 -rfE \
+    tests/api/test_gpu.py tests/backends tests/conformance >"$OUT/tests.txt" 2>&1
+echo "rc=$?" >>"$OUT/tests.txt" ;;
+esac
+
+case " $STEPS " in *" bench "*)
+step bench
+timeout "$T_BENCH" $PY -m torchmux bench --device cuda --models "$MODELS" --batch-size 8 --latency-only --rounds 10 \
+    --timeout 100 --systems "$SYSTEMS" \
+    --out "$OUT/bench" >"$OUT/bench.txt" 2>&1
+echo "rc=$?" >>"$OUT/bench.txt"
+tar czf "$OUT/bench.tar.gz" -C "$OUT" bench 2>/dev/null && rm -rf "$OUT/bench" ;;
+esac
+step done

@@ -1,0 +1,85 @@
+"""torchmux's user paths on a CUDA GPU: ``compile`` under auto and with each CUDA backend named, and
+``export -> save -> load`` with AOTInductor and under auto. Marked ``gpu``: they skip without CUDA and run
+on the GPU machine (``pytest -m gpu``)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+import torchmux
+from torchmux.bench import zoo
+
+pytestmark = pytest.mark.gpu
+
+
+def _mlp() -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.Linear(128, 64), nn.LayerNorm(64)).cuda().eval()
+    return model, torch.randn(8, 64, device="cuda")
+
+
+def _fallbacks(caught: list[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in caught if issubclass(w.category, torchmux.TorchmuxFallbackWarning)]
+
+
+@pytest.mark.parametrize("backend", ["auto", "triton", "cudagraphs", "inductor"])
+def test_compile_on_cuda_matches_eager_at_two_batch_sizes(backend: str) -> None:
+    model, x = _mlp()
+    compiled = torchmux.compile(model, backend=backend)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for batch in (8, 8, 8, 3, 3, 8):
+            xb = x[:batch].clone() if batch <= 8 else x
+            before = xb.clone()
+            out = compiled(xb)
+            assert out.is_cuda
+            torch.testing.assert_close(out, model(xb), rtol=2e-3, atol=2e-3)
+            assert torch.equal(xb, before)  # the user's input is never written
+    assert _fallbacks(caught) == [], _fallbacks(caught)
+
+
+def test_compile_auto_on_cuda_with_gradients() -> None:
+    model, x = _mlp()
+    model.train()
+    compiled = torchmux.compile(model, backend="auto")
+    for _ in range(3):
+        model.zero_grad()
+        compiled(x).sum().backward()
+        got = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        model(x).sum().backward()
+        for g, want in zip(got, (p.grad for p in model.parameters())):
+            torch.testing.assert_close(g, want, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("backend", ["inductor", "eager", "auto"])
+def test_export_save_load_on_cuda(backend: str, tmp_path) -> None:
+    model, x = _mlp()
+    exported = torchmux.export(model, (x,), backend=backend, dynamic_shapes=({0: torch.export.Dim("batch", max=32)},))
+    path = exported.save(tmp_path / f"mlp-{backend}.tmux")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = torchmux.load(path)
+        with torch.no_grad():
+            for xb in (x, torch.randn(5, 64, device="cuda")):
+                out = loaded(xb)
+                assert out.is_cuda
+                torch.testing.assert_close(out, model(xb), rtol=2e-3, atol=2e-3)
+    assert loaded.backend == exported.backend and _fallbacks(caught) == [], _fallbacks(caught)
+
+
+def test_bench_zoo_bert_on_cuda_under_auto() -> None:
+    torch.manual_seed(0)
+    model, args = zoo.build("bert", 2)
+    model, args = model.cuda(), tuple(a.cuda() for a in args)
+    compiled = torchmux.compile(model, backend="auto")
+    with torch.no_grad():
+        want = zoo.tensors_of(model(*args))
+        for _ in range(3):
+            got = zoo.tensors_of(compiled(*args))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=2e-3, atol=2e-3)
