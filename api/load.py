@@ -83,12 +83,13 @@ def _builder(spec: pytree.TreeSpec) -> Callable[[Sequence[Any]], Any]:
         else:
             getters.append(_part(start, end, _builder(child)))
         start = end
-    children: Callable[[Sequence[Any]], list[Any]] = list  # every child a leaf: the outputs themselves
-    if not all(c.is_leaf() for c in kids):
+    flat = all(c.is_leaf() for c in kids)  # every child a leaf: the outputs themselves, in order
+    children: Callable[[Sequence[Any]], list[Any]] = list
+    if not flat:
         children = lambda out: [g(out) for g in getters]  # noqa: E731
     kind, context = spec.type, spec.context
     if kind is tuple:
-        return lambda out: tuple(children(out))
+        return tuple if flat else lambda out: tuple(children(out))
     if kind is list:
         return children
     if kind is dict:
@@ -96,7 +97,7 @@ def _builder(spec: pytree.TreeSpec) -> Callable[[Sequence[Any]], Any]:
     unflatten = pytree.SUPPORTED_NODES[kind].unflatten_fn
     fast = _items_and_attributes(kind, context, spec.num_leaves, children, unflatten)
     if fast is not None:
-        return lambda out: fast(children(out))
+        return fast if flat else lambda out: fast(children(out))
     return lambda out: unflatten(children(out), context)
 
 
@@ -127,13 +128,16 @@ def _items_and_attributes(
     except Exception:  # noqa: BLE001 -- no instance dict to read back: its constructor stays
         return None
 
-    def build(values: list[Any]) -> Any:
-        obj = kind.__new__(kind)
-        for k, v in extra:
-            object.__setattr__(obj, k, v)
+    new, absent = kind.__new__, dict(extra)
+
+    def build(values: Sequence[Any]) -> Any:
+        # few calls: after a run that walked the weights each one is a cache miss (~1 us here)
+        obj = new(kind)
+        attributes = obj.__dict__
+        attributes.update(absent)
         for k, v in zip(keys, values):
             setitem(obj, k, v)
-            object.__setattr__(obj, k, v)
+        attributes.update(zip(keys, values))
         return obj
 
     try:
@@ -173,17 +177,24 @@ class _Call:
         # that walked the model's weights): the dtype, whether it is on the device, its size (equal to
         # the static one, or each symbolic dimension within its range) and, under grad mode,
         # requires_grad; an input that fails it goes to _explain, which names what is wrong
+        on = {"cpu": "is_cpu", "cuda": "is_cuda"}
+        # an input of static shape on the CPU or a GPU: one test; the rest dimension by dimension
+        self._static = [
+            (i, dtype, on[device], torch.Size(shape))
+            for i, dtype, device, _, shape in self._checks
+            if device in on and all(type(d) is int for d in shape)
+        ]
         self._fast = [
             (
                 i,
                 dtype,
-                f"is_{device}" if device in ("cpu", "cuda") else None,
-                None if any(type(d) is not int for d in shape) else torch.Size(shape),
+                on.get(device),
                 rank,
                 [(d, w) for d, w in enumerate(shape) if type(w) is int],
                 [(d, *self._symbols.get(str(w), (0, None))) for d, w in enumerate(shape) if type(w) is not int],
             )
             for i, dtype, device, rank, shape in self._checks
+            if not (device in on and all(type(d) is int for d in shape))
         ]
         where: dict[str, list[tuple[int, int]]] = {}
         for i, _, _, _, shape in self._checks:
@@ -212,15 +223,22 @@ class _Call:
 
     def _check(self, flat: Sequence[Any]) -> None:
         grad = torch.is_grad_enabled()
-        for i, dtype, on, static, rank, fixed, ranges in self._fast:
+        for i, dtype, on, size in self._static:
+            a = flat[i]
+            if (
+                type(a) is not torch.Tensor
+                or a.dtype is not dtype
+                or not getattr(a, on)
+                or a.shape != size
+                or (grad and a.requires_grad)
+            ):
+                return self._explain(flat)
+        for i, dtype, on, rank, fixed, ranges in self._fast:
             a = flat[i]
             if type(a) is not torch.Tensor or a.dtype is not dtype or on is None or not getattr(a, on):
                 return self._explain(flat)
             size = a.shape
-            if static is not None:
-                if size != static:
-                    return self._explain(flat)
-            elif (
+            if (
                 len(size) != rank
                 or any(size[d] != w for d, w in fixed)
                 or any(not lo <= size[d] <= (hi or size[d]) for d, lo, hi in ranges)
@@ -275,7 +293,7 @@ class _Call:
                         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        flat = self._flat(args, kwargs)
+        flat = args if self._positional and not kwargs and len(args) == self._n else self._flat(args, kwargs)
         self._check(flat)
         return self._build(self._fn(*flat))
 

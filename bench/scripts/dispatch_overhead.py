@@ -27,7 +27,9 @@ megabytes of weights, with the CPU cache misses its guard tree and frames then t
 back-to-back calls, ~100 us (ResNet) to ~200 us (T5) after a real model's run.
 
 ``--model NAME --export`` times a package (``torchmux.export`` saved and loaded with ``torchmux.load``)
-against the library used directly: ONNX Runtime direct against ``torchmux-export:onnxruntime``, and
+against the library used directly: ONNX Runtime direct against ``torchmux-export:onnxruntime`` (and the
+package's own session called alone: the difference to direct is the model ONNX Runtime runs, the rest
+is the package's call), and
 AOTInductor's loaded package called as its docs show (``loaded(*args)``) and through its loader's
 ``boxed_run`` (the floor: no pytree work) against ``torchmux-export:inductor``. What the package adds
 is its input check and the output's structure.
@@ -186,12 +188,14 @@ def export_overhead(name: str, batch: int, calls: int, rounds: int) -> dict[str,
     aoti = aoti_load_package(path)
     boxed = aoti.loader.boxed_run
     aoti_pkg = torchmux.load(torchmux.export(model, args, backend="inductor").save(os.path.join(folder, "i.tmux")))
+    ort_alone = ort_pkg._fn  # the package's session with no input check and no output structure
     with torch.no_grad():
         for fn in (direct, ort_pkg, aoti, aoti_pkg):
             fn(*args)
         return interleaved(
             {
                 "onnxruntime direct": lambda: direct(*args),
+                "  the package's session alone": lambda: ort_alone(*args),
                 "torchmux-export:onnxruntime": lambda: ort_pkg(*args),
                 "aoti (loaded(*args))": lambda: aoti(*args),
                 "aoti loader.boxed_run": lambda: boxed(list(args)),
