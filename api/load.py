@@ -107,7 +107,7 @@ def _part(start: int, end: int, build: Callable[[Sequence[Any]], Any]) -> Callab
 
 def _items_and_attributes(
     kind: type, context: Any, leaves: int, children: Callable[..., list[Any]], unflatten: Any
-) -> Callable[[list[Any]], Any] | None:
+) -> Callable[[Sequence[Any]], Any] | None:
     """For :func:`_builder`: a constructor-free builder of ``kind`` if it builds the same object, else None.
     The constructor may set other attributes only to None (a dataclass's absent fields), the same for
     two sets of placeholders (zeros, ones): an attribute computed from the children keeps it."""
@@ -223,13 +223,13 @@ class _Call:
 
     def _check(self, flat: Sequence[Any]) -> None:
         grad = torch.is_grad_enabled()
-        for i, dtype, on, size in self._static:
+        for i, dtype, is_on, static in self._static:
             a = flat[i]
             if (
                 type(a) is not torch.Tensor
                 or a.dtype is not dtype
-                or not getattr(a, on)
-                or a.shape != size
+                or not getattr(a, is_on)
+                or a.shape != static
                 or (grad and a.requires_grad)
             ):
                 return self._explain(flat)
@@ -381,7 +381,7 @@ class LoadedModel(_Call):
         """The program's weights and constant tensors by name as NumPy arrays (``LoadRequest.weights``):
         read from the package's bytes where ``pkg.program_weights`` can, else from the program."""
         if self._program is None:
-            found = pkg.program_weights(self.reader.read(pkg.PROGRAM))
+            found = pkg.program_weights(self.reader.view(pkg.PROGRAM))
             if found is not None:
                 return found
         return pkg.numpy_weights(self.program())

@@ -100,10 +100,11 @@ class Registry:
                 found = importlib.metadata.distribution(package).entry_points.select(group=ENTRY_POINT_GROUP)
             except importlib.metadata.PackageNotFoundError:
                 pass
+        named = bool(found)  # read from the distribution ``package``: its name is known, its metadata unparsed (~5 ms)
         if not found:
             found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
         for ep in found if only is None else found.select(name=only):
-            dist = ep.dist.name if ep.dist is not None else "?"
+            dist = package if named and package else ep.dist.name if ep.dist is not None else "?"
             if dist != SELF_DIST and not third_party:
                 self.skipped.append(f"{ep.name} ({dist})")
                 continue

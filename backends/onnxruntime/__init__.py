@@ -42,8 +42,10 @@ OPTIONS: dict[str, extend.Option] = {
 }
 
 
+@functools.cache
 def installed_distribution() -> str:
-    """The ONNX Runtime distribution that is installed (the GPU build first), or the CPU one's name."""
+    """The ONNX Runtime distribution that is installed (the GPU build first), or the CPU one's name (read
+    from the installed metadata, ~5 ms: on first use, not at import, which a package's load waits for)."""
     return next((d for d in _DISTRIBUTIONS if package_version(d)), _DISTRIBUTIONS[-1])
 
 
@@ -82,7 +84,6 @@ class OnnxRuntimeBackend(extend.Backend):
     name = "onnxruntime"
     dynamic_shapes = True  # dynamic axes: one session serves every size of a symbolic graph
     devices = ("cpu", "cuda")
-    package = installed_distribution()
     dtypes = (torch.float32, torch.float16)
     # what the conformance suite passed, per dtype (`python -m torchmux.testing.probe onnxruntime
     # --dtype float32 --dtype float16 --write ...`). In float16 torch's exporter computes a few ops in
@@ -92,6 +93,10 @@ class OnnxRuntimeBackend(extend.Backend):
     exports_programs = True  # torchmux.export: AOTInductor / torch.onnx.export of the whole program
     options_schema = OPTIONS
     nonfinite_unsafe = load_nonfinite_unsafe(Path(__file__).with_name("claims.json"))
+
+    @property
+    def package(self) -> str:  # type: ignore[override]
+        return installed_distribution()
 
     @property
     def description(self) -> str:  # type: ignore[override]
