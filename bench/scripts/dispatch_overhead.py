@@ -195,7 +195,7 @@ def export_overhead(name: str, batch: int, calls: int, rounds: int) -> dict[str,
         return interleaved(
             {
                 "onnxruntime direct": lambda: direct(*args),
-                "  the package's session alone": lambda: ort_alone(*args),
+                "  the package's onnxruntime session alone": lambda: ort_alone(*args),
                 "torchmux-export:onnxruntime": lambda: ort_pkg(*args),
                 "aoti (loaded(*args))": lambda: aoti(*args),
                 "aoti loader.boxed_run": lambda: boxed(list(args)),

@@ -212,3 +212,31 @@ def test_find_backend_of_a_backend_nobody_provides_is_none():
 
     assert find_backend("no-such-backend", "no-such-plugin", "no-such-distribution") is None
     assert find_backend("eager", "eager", "torchmux") is get_registry().get("eager")
+
+
+def test_a_row_lists_the_devices_the_backend_runs_on_here():
+    """A backend that declares CUDA but cannot run it here (ONNX Runtime's CPU-only wheel has no CUDA
+    provider) lists the CPU alone; its own check failing leaves its declared devices."""
+
+    class CpuOnlyHere(torchmux.Backend):
+        name, devices = "cpu_only_here", ("cpu", "cuda")
+
+        def supports_device(self, device: str) -> bool:
+            return device == "cpu"
+
+    class CheckFails(torchmux.Backend):
+        name, devices = "check_fails", ("cpu", "cuda")
+
+        def supports_device(self, device: str) -> bool:
+            raise RuntimeError("no driver")
+
+    class Plugin:
+        @torchmux.hookimpl
+        def torchmux_add_backends(self):
+            return [CpuOnlyHere(), CheckFails()]
+
+    registry = Registry(autoload=False)
+    registry.register(Plugin(), "devices")
+    rows = {r.name: r for r in registry.info()}
+    assert rows["cpu_only_here"].devices == ("cpu",)
+    assert rows["check_fails"].devices == ("cpu", "cuda")

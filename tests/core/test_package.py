@@ -1,0 +1,56 @@
+"""core/package.py: members read as views of the file, checked by their SHA-256 (real zip archives)."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+import pytest
+
+from torchmux.core.package import PackageError, PackageReader, stored_members, write_package
+
+MEMBERS = {"plan.json": b'{"chosen": "eager"}', "artifacts/x/blob.bin": bytes(range(256)) * 300}
+
+
+def test_stored_members_are_views_of_the_archive(tmp_path) -> None:
+    path = write_package(tmp_path / "p.tmux", MEMBERS, native=set(), info={})
+    raw = path.read_bytes()
+    views = stored_members(zipfile.ZipFile(io.BytesIO(raw)), raw)
+    assert views is not None and {k: bytes(v) for k, v in views.items() if k in MEMBERS} == MEMBERS
+    reader = PackageReader(path)
+    assert reader.read("artifacts/x/blob.bin") == MEMBERS["artifacts/x/blob.bin"]
+    assert reader.json("plan.json") == {"chosen": "eager"}
+
+
+def test_a_compressed_member_is_read_through_zip(tmp_path) -> None:
+    """An archive another tool rewrote with compression: no views, every member still checked."""
+    path = write_package(tmp_path / "p.tmux", MEMBERS, native=set(), info={})
+    src = zipfile.ZipFile(path)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as out:
+        for name in src.namelist():
+            out.writestr(name, src.read(name))
+    raw = buf.getvalue()
+    assert stored_members(zipfile.ZipFile(io.BytesIO(raw)), raw) is None
+    (tmp_path / "q.tmux").write_bytes(raw)
+    assert PackageReader(tmp_path / "q.tmux").read("artifacts/x/blob.bin") == MEMBERS["artifacts/x/blob.bin"]
+
+
+def test_a_flipped_byte_inside_a_member_names_it(tmp_path) -> None:
+    path = write_package(tmp_path / "p.tmux", MEMBERS, native=set(), info={})
+    raw = bytearray(path.read_bytes())
+    at = raw.index(bytes(range(256)))  # the blob's bytes, stored as they are
+    raw[at + 1000] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with pytest.raises(PackageError, match="artifacts/x/blob.bin is damaged or altered .*SHA-256"):
+        PackageReader(path)
+
+
+def test_a_directory_that_points_past_the_end_is_an_error(tmp_path) -> None:
+    path = write_package(tmp_path / "p.tmux", MEMBERS, native=set(), info={})
+    raw = path.read_bytes()
+    z = zipfile.ZipFile(io.BytesIO(raw))
+    blob = z.getinfo("artifacts/x/blob.bin")
+    blob.header_offset += 7  # the central directory now names a place with no local header
+    with pytest.raises(zipfile.BadZipFile, match="no local header"):
+        stored_members(z, raw)
