@@ -126,7 +126,7 @@ def export(
         for m, _ in live:
             m.seconds = math.inf  # measure() left it untimed (NaN); time_rounds keeps the fastest warm call
         time_rounds(live, flat, budget, EXPORT_MAX_ROUNDS)
-        found = _split(frozen, results, by_name, flat, config, device)
+        found = _split(frozen, results, by_name, flat, config, device, captured.program)
         if found is not None:
             split, ships = found
             results.append(split)
@@ -223,6 +223,7 @@ def _split(
     flat: Sequence[torch.Tensor],
     config: Any,
     device: str,
+    whole: torch.export.ExportedProgram,
 ) -> tuple[Measurement, tuple[SavedGraph, Callable[..., Any]] | None] | None:
     """Step 2b, ``options={"split": N}`` under auto (static shapes): the program cut into up to N pieces
     and each piece placed by measurement, as ``compile()`` does (``autotune/split.py``). The winners are
@@ -231,8 +232,9 @@ def _split(
     and the pieces wired in order (:class:`Pieces`); the whole is checked against the program's
     reference and joins the candidates' timing rounds. Returns its measurement and, when it is correct,
     what ships (the artifact, the loaded callable); None: nothing to split (too small, dynamic shapes,
-    fewer than two contenders, one backend won every piece). Each piece stores its program
-    (its weights; what it is rebuilt from), so a split package holds its weights a second time."""
+    fewer than two contenders, one backend won every piece). Each piece stores its program (what it is
+    rebuilt from, and an eager piece's form) without the weights it shares with the whole program
+    (:func:`_shared_weights`): the package holds each weight once."""
     from ..autotune.split import contenders, label, place_segments, split
     from ..autotune.tuner import SCREEN_FACTOR
     from ..autotune.verify import check_call, clone_inputs
@@ -295,9 +297,8 @@ def _split(
                 raise RuntimeError(f"piece {i} on {backend}: {m.reason}")
             request = CompileRequest(piece.ir, piece.args, config.mode, config.options_for(backend), program=program)
             artifact, fn = _saved_and_loaded(b, m.placement, request, device)
-            buf = io.BytesIO()
-            torch.export.save(program, buf)
-            files[f"piece{i}/program.pt2"] = buf.getvalue()
+            shared = _shared_weights(program, whole)
+            files[f"piece{i}/program.pt2"] = _saved_without(program, shared)
             if artifact is not None:
                 files.update({f"piece{i}/{f}": data for f, data in artifact.files.items()})
             entries.append(
@@ -313,6 +314,7 @@ def _split(
                     "meta": _jsonable(dict(artifact.meta)) if artifact is not None else {},
                     "native": bool(artifact is not None and artifact.native),
                     "inputs": wiring[i],
+                    "weights": shared,
                 }
             )
             fns.append(fn)
@@ -326,6 +328,49 @@ def _split(
         return m, None
     meta = {"pieces": entries, "outputs": outputs, "cuts": list(plan.cuts)}
     return m, (SavedGraph(files, meta, native=any(e["native"] for e in entries)), runner)
+
+
+def _shared_weights(piece: torch.export.ExportedProgram, whole: torch.export.ExportedProgram) -> dict[str, str]:
+    """Which of a piece's weights and constant tensors are the whole program's, by name (piece -> whole):
+    the same memory (a piece holds the frozen graph's constants, which are the program's own), else the
+    same dtype, shape and values. A weight the freezing made anew (a folded transpose) is the piece's."""
+    theirs = {**whole.state_dict, **whole.constants}
+    by_memory: dict[tuple[Any, ...], str] = {}
+    by_spec: dict[tuple[Any, ...], list[str]] = {}
+    for name, t in theirs.items():
+        if isinstance(t, torch.Tensor) and t.layout == torch.strided and t.device.type == "cpu":
+            spec = (t.dtype, tuple(t.shape))
+            by_memory.setdefault((t.data_ptr(), t.storage_offset(), *spec, t.stride()), name)
+            by_spec.setdefault(spec, []).append(name)
+    out: dict[str, str] = {}
+    for name, t in {**piece.state_dict, **piece.constants}.items():
+        if not (isinstance(t, torch.Tensor) and t.layout == torch.strided and t.device.type == "cpu"):
+            continue
+        spec = (t.dtype, tuple(t.shape))
+        found = by_memory.get((t.data_ptr(), t.storage_offset(), *spec, t.stride()))
+        if found is None:
+            found = next((w for w in by_spec.get(spec, ()) if torch.equal(theirs[w], t)), None)
+        if found is not None:
+            out[name] = found
+    return out
+
+
+def _saved_without(program: torch.export.ExportedProgram, names: Mapping[str, str]) -> bytes:
+    """``program`` as ``torch.export.save`` writes it, each weight in ``names`` saved empty (the loader puts
+    the whole program's tensor back: ``api/load._piece_program``)."""
+    saved = {}
+    for name in names:
+        table = program.state_dict if name in program.state_dict else program.constants
+        t = saved[name] = table[name]
+        empty = torch.empty(0, dtype=t.dtype)
+        table[name] = torch.nn.Parameter(empty, requires_grad=False) if isinstance(t, torch.nn.Parameter) else empty
+    try:
+        buf = io.BytesIO()
+        torch.export.save(program, buf)
+        return buf.getvalue()
+    finally:
+        for name, t in saved.items():
+            (program.state_dict if name in program.state_dict else program.constants)[name] = t
 
 
 def _constant(value: Any) -> Callable[[], Any]:

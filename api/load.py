@@ -347,6 +347,7 @@ class LoadedModel(_Call):
         self._setup_call(plan)
         self._options = options
         self._program: torch.export.ExportedProgram | None = None
+        self._arrays: Mapping[str, Any] | None = None
         self.notes: list[str] = []
         order = [c["backend"] for c in plan["candidates"] if c["ok"]]
         if backend is not None:
@@ -379,12 +380,12 @@ class LoadedModel(_Call):
 
     def weights(self) -> Mapping[str, Any]:
         """The program's weights and constant tensors by name as NumPy arrays (``LoadRequest.weights``):
-        read from the package's bytes where ``pkg.program_weights`` can, else from the program."""
-        if self._program is None:
-            found = pkg.program_weights(self.reader.view(pkg.PROGRAM))
-            if found is not None:
-                return found
-        return pkg.numpy_weights(self.program())
+        read from the package's bytes where ``pkg.program_weights`` can, else from the program (once:
+        a split's pieces share them)."""
+        if self._arrays is None:
+            found = pkg.program_weights(self.reader.view(pkg.PROGRAM)) if self._program is None else None
+            self._arrays = found if found is not None else pkg.numpy_weights(self.program())
+        return self._arrays
 
     def _candidate(self, name: str) -> dict[str, Any] | None:
         return next((c for c in self.plan["candidates"] if c["backend"] == name), None)
@@ -441,12 +442,13 @@ class LoadedModel(_Call):
             base = f"{folder}piece{i}/"
             why = self._untrusted(base, p, [base + f for f in p["files"]])
             data = self.reader.read(base + "program.pt2")
-            program = functools.cache(partial(_load_program, data))  # deserialized only if something needs it
+            shared = dict(p.get("weights") or {})  # its weights that are the whole program's (stored there)
+            program = functools.cache(partial(self._piece_program, data, shared))  # only if something needs it
             if p["backend"] == "eager":
                 fns.append(pkg.program_runner(program()))
             elif p.get("saved") and why is None:
                 files = {f: self.reader.read(base + f) for f in p["files"]}
-                weights = partial(_program_arrays, data, program)
+                weights = partial(self._piece_weights, data, program, shared)
                 opts = {**(p.get("options") or {}), **self._options.get(b.name, {})}
                 saved = SavedGraph(files, p.get("meta") or {}, native=bool(p["native"]))
                 fns.append(
@@ -458,6 +460,30 @@ class LoadedModel(_Call):
                 )
                 fns.append(self._rebuild(b, program(), _program_inputs(program())))
         return Pieces(fns, [p["inputs"] for p in meta["pieces"]], meta["outputs"])
+
+    def _piece_program(self, data: bytes, shared: Mapping[str, str]) -> torch.export.ExportedProgram:
+        """A split piece's stored program with the weights it shares with the whole program put back
+        (``api/export._saved_without`` saved them empty)."""
+        program = _load_program(data)
+        whole = self.weights() if shared else {}
+        for name, theirs in shared.items():
+            table = program.state_dict if name in program.state_dict else program.constants
+            t = torch.from_numpy(whole[theirs])
+            table[name] = (
+                torch.nn.Parameter(t, requires_grad=False) if isinstance(table[name], torch.nn.Parameter) else t
+            )
+        return program
+
+    def _piece_weights(self, data: bytes, program: Callable[[], Any], shared: Mapping[str, str]) -> Mapping[str, Any]:
+        """A split piece's weights as NumPy arrays (``LoadRequest.weights``): its own from its program's
+        bytes, the ones it shares from the whole program's."""
+        if not shared:
+            return _program_arrays(data, program)
+        found = pkg.program_weights(data)
+        if found is None:
+            return pkg.numpy_weights(program())
+        whole = self.weights()
+        return {**found, **{name: whole[theirs] for name, theirs in shared.items()}}
 
     def _untrusted(self, folder: str, entry: Mapping[str, Any], members: Sequence[str] | None = None) -> str | None:
         """Why a stored artifact (or these ``members`` of it) must not be loaded here (None: it may)."""
@@ -580,7 +606,7 @@ class LoadedModel(_Call):
                     stacklevel=2,
                 )
                 self.backend, fn = "eager", pkg.program_runner(fresh)
-        self._program, self._fn = fresh, fn
+        self._program, self._fn, self._arrays = fresh, fn, None
 
 
 def _load_program(data: bytes) -> torch.export.ExportedProgram:

@@ -14,7 +14,9 @@ archive, with no pickle anywhere:
 - ``artifacts/<backend>/...``: each saved backend artifact's files, as its ``Backend.save`` returned them.
 - ``artifacts/split/``, a split placement's: ``meta.json`` (the pieces in order: backend, its plugin and
   version, the values each reads, its artifact's files and meta; the program's outputs) and per piece
-  ``piece<i>/program.pt2`` (the piece's own ``ExportedProgram``) beside its artifact's files.
+  ``piece<i>/program.pt2`` (the piece's own ``ExportedProgram``, each weight it shares with
+  ``program.pt2`` saved empty: the piece's ``weights`` in ``meta.json`` maps its names to the program's,
+  so the package holds each weight once) beside its artifact's files.
 
 **Reading is checking.** :class:`PackageReader` opens a file only if it is a zip with a manifest of
 this format, and checks every member's size and SHA-256 against the manifest before anything is read

@@ -432,6 +432,16 @@ def test_a_split_placement_ships_each_piece_in_its_native_form(tmp_path, monkeyp
     path = exported.save(tmp_path / "split.tmux")
     names = PackageReader(path).names("artifacts/split/")
     assert {"artifacts/split/piece0/program.pt2", "artifacts/split/piece1/model.onnx"} <= set(names), names
+    # the weights once: each piece's program holds the weights it shares with the program empty
+    reader = PackageReader(path)
+    pieces = reader.json("artifacts/split/meta.json")["pieces"]
+    whole = program_weights(reader.read("program.pt2"))
+    assert whole is not None and sum(len(p["weights"]) for p in pieces) == len(whole) > 0
+    for i, p in enumerate(pieces):
+        own = program_weights(reader.read(f"artifacts/split/piece{i}/program.pt2"))
+        assert own is not None and all(
+            own[name].size == 0 < whole[theirs].size for name, theirs in p["weights"].items()
+        )
     preamble = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import late_backends; late_backends.register()"
     y = torch.randn(16, 16) / 4
     result = _load_in_child(path, (y,), _eager(model, y), preamble=preamble)
