@@ -7,7 +7,8 @@
   pure when they are torch functions or Tensor methods that change nothing in place; ``self.<m>(...)``
   calls are recorded and checked at run time (``runtime.pure_module``). Two further flags say
   when an expression must not run speculatively (both branches of an if): it draws random numbers
-  (``random``) or can raise on some data (``may_fail``: indexing, gather, linalg).
+  (``random``) or can raise on some data (``may_fail``: indexing, gather, linalg, a size computed
+  from the data: ``torch.zeros(n, self.size - length)`` raises where the branch not taken makes it negative).
 """
 
 from __future__ import annotations
@@ -84,6 +85,31 @@ MAY_FAIL = {
     "repeat_interleave",
     "unflatten",
 }
+#: functions and methods that take sizes: with a size computed from the data (``torch.zeros(n, self.size -
+#: length)``) they raise where it comes out negative, which a branch not taken may well compute
+SIZED = {
+    "zeros",
+    "ones",
+    "empty",
+    "full",
+    "rand",
+    "randn",
+    "randint",
+    "arange",
+    "linspace",
+    "logspace",
+    "eye",
+    "new_zeros",
+    "new_ones",
+    "new_empty",
+    "new_full",
+    "expand",
+    "narrow",
+    "repeat",
+    "tile",
+}
+#: keyword arguments of those that are not sizes
+_NOT_SIZES = {"dtype", "device", "layout", "requires_grad", "pin_memory", "memory_format", "generator", "fill_value"}
 #: method names that mutate a Python container (a receiver we cannot type could be one)
 CONTAINER_MUTATORS = {
     "append",
@@ -313,6 +339,20 @@ def rt_name(node: ast.Call) -> str | None:
     return None
 
 
+def _computed_sizes(node: ast.Call) -> bool:
+    """Whether a call of a :data:`SIZED` function passes a size that is not a literal (``-1`` included)."""
+
+    def literal(x: ast.expr) -> bool:
+        if isinstance(x, (ast.Tuple, ast.List)):
+            return all(literal(e) for e in x.elts)
+        if isinstance(x, ast.UnaryOp) and isinstance(x.op, ast.USub):
+            return literal(x.operand)
+        return isinstance(x, ast.Constant)
+
+    sizes = list(node.args) + [k.value for k in node.keywords if k.arg not in _NOT_SIZES]
+    return not all(literal(x) for x in sizes)
+
+
 def _call_purity(node: ast.Call, ctx: Context, p: Purity) -> Purity:
     f = node.func
     if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == RT:
@@ -326,7 +366,7 @@ def _call_purity(node: ast.Call, ctx: Context, p: Purity) -> Purity:
         if not (mod.startswith("torch") or isinstance(target, torch._ops.OpOverloadPacket)) or name.endswith("_"):
             return p.fail()
         p.random |= name in RANDOM
-        p.may_fail |= name in MAY_FAIL
+        p.may_fail |= name in MAY_FAIL or (name in SIZED and _computed_sizes(node))
         return p
     if isinstance(f, ast.Name) and f.id in ctx.module_names:  # a loop over layers calling each: checked at run time
         p.modules.append(f)
@@ -347,7 +387,7 @@ def _call_purity(node: ast.Call, ctx: Context, p: Purity) -> Purity:
     ):
         return p.fail()
     p.random |= name in RANDOM
-    p.may_fail |= name in MAY_FAIL
+    p.may_fail |= name in MAY_FAIL or (name in SIZED and _computed_sizes(node))
     return p
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import io
+import random
 import warnings
 from contextlib import redirect_stdout
 
@@ -207,3 +208,42 @@ def test_compile_keeps_the_rewrites_of_a_module_too_large_to_copy(monkeypatch) -
         warnings.simplefilter("ignore")
         torch.testing.assert_close(compiled(x), HelperGrad()(x))
     assert "forward" in vars(model)  # no verdict: the mended forward stays
+
+
+class _RandomCrop(nn.Module):
+    """ParityBench's RandomCrop (archinetai/audio-data-pytorch): the branch not taken pads by a negative amount."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        length = x.shape[1]
+        start = random.randint(0, max(length - self.size, 0))
+        x = x[:, start:]
+        channels, length = x.shape
+        if length < self.size:
+            padding_length = self.size - length
+            padding = torch.zeros(channels, padding_length)
+            return torch.cat([x, padding], dim=1)
+        else:
+            return x[:, 0 : self.size]
+
+
+def test_a_branch_that_sizes_a_tensor_from_the_data_never_runs_when_not_taken() -> None:
+    """Both sides of a tensor if run only when neither can raise on some data: ``torch.zeros`` with a size
+    computed from it is negative where its branch is not taken (the speculated graph asserted that it was
+    not, and raised on most calls)."""
+    model = _RandomCrop(10).eval()
+    compiled = torchmux.compile(model, backend="eager")
+    x = torch.randn(2, 40)
+    windows = [x[:, s : s + 10] for s in range(31)]  # what eager returns: a random window of x
+    cond = rt.COND  # torch.cond refuses this if (its sides' shapes differ): ifs then branch in Python, process-wide
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for _ in range(8):
+                got = compiled(x)  # before: "Runtime assertion failed for expression u1 <= 10" on most calls
+                assert any(torch.equal(got, w) for w in windows)
+    finally:
+        rt.COND = cond
