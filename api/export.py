@@ -334,22 +334,25 @@ def _shared_weights(piece: torch.export.ExportedProgram, whole: torch.export.Exp
     """Which of a piece's weights and constant tensors are the whole program's, by name (piece -> whole):
     the same memory (a piece holds the frozen graph's constants, which are the program's own), else the
     same dtype, shape and values. A weight the freezing made anew (a folded transpose) is the piece's."""
-    theirs = {**whole.state_dict, **whole.constants}
+
+    def plain(program: torch.export.ExportedProgram) -> dict[str, torch.Tensor]:
+        tensors = {**program.state_dict, **program.constants}.items()
+        return {n: t for n, t in tensors if isinstance(t, torch.Tensor) and t.layout == torch.strided and t.is_cpu}
+
+    def memory(t: torch.Tensor) -> tuple[Any, ...]:
+        return (t.data_ptr(), t.storage_offset(), t.dtype, tuple(t.shape), t.stride())
+
+    theirs = plain(whole)
     by_memory: dict[tuple[Any, ...], str] = {}
     by_spec: dict[tuple[Any, ...], list[str]] = {}
     for name, t in theirs.items():
-        if isinstance(t, torch.Tensor) and t.layout == torch.strided and t.device.type == "cpu":
-            spec = (t.dtype, tuple(t.shape))
-            by_memory.setdefault((t.data_ptr(), t.storage_offset(), *spec, t.stride()), name)
-            by_spec.setdefault(spec, []).append(name)
+        by_memory.setdefault(memory(t), name)
+        by_spec.setdefault((t.dtype, tuple(t.shape)), []).append(name)
     out: dict[str, str] = {}
-    for name, t in {**piece.state_dict, **piece.constants}.items():
-        if not (isinstance(t, torch.Tensor) and t.layout == torch.strided and t.device.type == "cpu"):
-            continue
-        spec = (t.dtype, tuple(t.shape))
-        found = by_memory.get((t.data_ptr(), t.storage_offset(), *spec, t.stride()))
-        if found is None:
-            found = next((w for w in by_spec.get(spec, ()) if torch.equal(theirs[w], t)), None)
+    for name, t in plain(piece).items():
+        found = by_memory.get(memory(t)) or next(
+            (w for w in by_spec.get((t.dtype, tuple(t.shape)), ()) if torch.equal(theirs[w], t)), None
+        )
         if found is not None:
             out[name] = found
     return out

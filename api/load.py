@@ -179,23 +179,15 @@ class _Call:
         # requires_grad; an input that fails it goes to _explain, which names what is wrong
         on = {"cpu": "is_cpu", "cuda": "is_cuda"}
         # an input of static shape on the CPU or a GPU: one test; the rest dimension by dimension
-        self._static = [
-            (i, dtype, on[device], torch.Size(shape))
-            for i, dtype, device, _, shape in self._checks
-            if device in on and all(type(d) is int for d in shape)
-        ]
-        self._fast = [
-            (
-                i,
-                dtype,
-                on.get(device),
-                rank,
-                [(d, w) for d, w in enumerate(shape) if type(w) is int],
-                [(d, *self._symbols.get(str(w), (0, None))) for d, w in enumerate(shape) if type(w) is not int],
-            )
-            for i, dtype, device, rank, shape in self._checks
-            if not (device in on and all(type(d) is int for d in shape))
-        ]
+        self._static: list[tuple[int, torch.dtype, str, torch.Size]] = []
+        self._fast: list[tuple[int, torch.dtype, str | None, int, list[Any], list[Any]]] = []
+        for i, dtype, device, rank, shape in self._checks:
+            if device in on and all(type(d) is int for d in shape):
+                self._static.append((i, dtype, on[device], torch.Size(shape)))
+                continue
+            fixed = [(d, w) for d, w in enumerate(shape) if type(w) is int]
+            ranges = [(d, *self._symbols.get(str(w), (0, None))) for d, w in enumerate(shape) if type(w) is not int]
+            self._fast.append((i, dtype, on.get(device), rank, fixed, ranges))
         where: dict[str, list[tuple[int, int]]] = {}
         for i, _, _, _, shape in self._checks:
             for d, w in enumerate(shape):
@@ -477,13 +469,9 @@ class LoadedModel(_Call):
     def _piece_weights(self, data: bytes, program: Callable[[], Any], shared: Mapping[str, str]) -> Mapping[str, Any]:
         """A split piece's weights as NumPy arrays (``LoadRequest.weights``): its own from its program's
         bytes, the ones it shares from the whole program's."""
-        if not shared:
-            return _program_arrays(data, program)
-        found = pkg.program_weights(data)
-        if found is None:
-            return pkg.numpy_weights(program())
-        whole = self.weights()
-        return {**found, **{name: whole[theirs] for name, theirs in shared.items()}}
+        own = _program_arrays(data, program)
+        whole = self.weights() if shared else {}
+        return {**own, **{name: whole[theirs] for name, theirs in shared.items()}}
 
     def _untrusted(self, folder: str, entry: Mapping[str, Any], members: Sequence[str] | None = None) -> str | None:
         """Why a stored artifact (or these ``members`` of it) must not be loaded here (None: it may)."""
