@@ -242,7 +242,10 @@ def _entry(
 
     - a NumPy array argument runs ``original``: eager's behaviour (a TypeError from torch, or whatever
       the user's code does with it) is kept; Dynamo would quietly trace it as a tensor;
-    - ``retry`` (the mend pass's ``cond_refused``): a trace that ``torch.cond`` refused is tried once more;
+    - ``retry`` (the mend pass's ``cond_refused``): a trace that ``torch.cond`` refused is tried once more,
+      with this program's rewritten ifs branching in Python from then on: ``runtime.COND`` is set to this
+      program's own state around each of its calls (Dynamo guards on it), so one program's refusal
+      leaves every other program's ifs as ``torch.cond``;
     - ``fullgraph``: Dynamo's failure becomes a FullGraphError naming the reason and the user's line;
     - ``replay`` (a module's): a call Dynamo's cache would answer runs its code directly (frontends/replay.py);
     - ``judge``: the mend pass's verdict, made around the first call (:class:`_Verdict`).
@@ -263,19 +266,28 @@ def _entry(
         if kwargs and any(type(v).__module__ == "numpy" for v in kwargs.values()):
             return original(*args, **kwargs)
         nonlocal judge, replay
-        if judge is not None:
-            verdict, judge = judge, None
-            out = verdict.first(lambda: guarded(args, kwargs), args, kwargs)
-            if verdict.reverted and replay is not None:
-                replay = Replay(verdict.model, verdict.backend)  # the user's forward is the one compiled now
-            return out
-        if replay is not None and not kwargs:
-            out = replay(args)
-            if out is not MISS:
+        saved = mend_runtime.COND
+        if retry is not None:
+            mend_runtime.COND = cond
+        try:
+            if judge is not None:
+                verdict, judge = judge, None
+                out = verdict.first(lambda: guarded(args, kwargs), args, kwargs)
+                if verdict.reverted and replay is not None:
+                    replay = Replay(verdict.model, verdict.backend)  # the user's forward is the one compiled now
                 return out
-        return guarded(args, kwargs)
+            if replay is not None and not kwargs:
+                out = replay(args)
+                if out is not MISS:
+                    return out
+            return guarded(args, kwargs)
+        finally:
+            mend_runtime.COND = saved
+
+    cond = True  # this program's rewritten ifs become torch.cond (until torch.cond refuses one: retry)
 
     def guarded(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        nonlocal cond
         traces = mend_runtime.COND_TRACES
         try:
             try:
@@ -283,6 +295,7 @@ def _entry(
             except Exception as e:
                 if retry is None or not retry(e, traces):
                     raise
+            cond = mend_runtime.COND = False
             return fn(*args, **kwargs)
         except dynamo_error as e:
             if not fullgraph or isinstance(e, backend_failed):

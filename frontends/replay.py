@@ -58,7 +58,10 @@ class Replay:
         if not isinstance(forward, types.FunctionType):
             forward = None
         self._forward: Any = forward
-        self._functions: dict[types.CodeType, Any] = {}  # a transformed code -> its function (None: not replayable)
+        # id of a transformed code -> (that code, its function; None: not replayable). By id: a code object
+        # hashes its constants, and Dynamo's transformed code can hold a dict among them (unhashable: the
+        # lookup raised TypeError out of the user's call); the code is kept, so its id is not reused
+        self._functions: dict[int, tuple[types.CodeType, Any]] = {}
         self._bind = _binder(forward) if forward is not None else None
         self.hits = 0  # calls replayed (for tests and diagnostics)
 
@@ -96,9 +99,11 @@ class Replay:
                 f_locals
             ):
                 continue
-            fn = self._functions.get(entry.code, MISS)
-            if fn is MISS:
-                fn = self._functions[entry.code] = _transformed(forward, entry.code)
+            code = entry.code
+            known = self._functions.get(id(code))
+            if known is None or known[0] is not code:
+                known = self._functions[id(code)] = (code, _transformed(forward, code))
+            fn = known[1]
             if fn is None:
                 return MISS
             self.hits += 1

@@ -429,7 +429,8 @@ def pick(note: int, p: Any, a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any
     return a if p else b
 
 
-#: False after torch.cond refused a program (see ``mend.scoped``): the rewrite then branches in Python
+#: False while a program that torch.cond refused runs (see ``switches.cond_refused``): its rewritten ifs
+#: then branch in Python. Each program's entry sets it to its own state around its call; Dynamo guards on it
 COND = True
 
 

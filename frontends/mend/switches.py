@@ -121,30 +121,40 @@ def scoped(fn: Callable[..., Any]) -> Callable[..., Any]:
     Dynamo callback ``while_tracing`` wrapped needs neither wrapper: the API's entry
     (``api/compile.py``) retries for it."""
 
+    cond = True  # this function's rewritten ifs become torch.cond, until torch.cond refuses one
+
     @functools.wraps(fn)
     def run_switched(*args: Any, **kwargs: Any) -> Any:
-        with switches(), no_guard_profile():
-            traces = rt.COND_TRACES
-            try:
-                return fn(*args, **kwargs)
-            except Exception as e:
-                if not cond_refused(e, traces):
-                    raise
-                return fn(*args, **kwargs)
+        nonlocal cond
+        saved, rt.COND = rt.COND, cond
+        try:
+            with switches(), no_guard_profile():
+                traces = rt.COND_TRACES
+                try:
+                    return fn(*args, **kwargs)
+                except Exception as e:
+                    if not cond_refused(e, traces):
+                        raise
+                    cond = rt.COND = False
+                    return fn(*args, **kwargs)
+        finally:
+            rt.COND = saved
 
     return run_switched
 
 
 def cond_refused(e: BaseException, traces: int) -> bool:
     """Whether ``e`` is torch.cond refusing a rewritten if/else while Dynamo traced it (the frame had not
-    run); if so, such ifs branch in Python from now on (a graph break, as without the rewrite), said
-    once, and the caller traces again."""
+    run); if so, said once: the caller traces again with ``runtime.COND`` off, and keeps it off around its
+    own calls from then on (its ifs branch in Python: a graph break each, as without the rewrite). The
+    switch is the program's, not the process's: Dynamo guards on ``runtime.COND``, and each program's
+    entry (:func:`scoped`, ``api/compile._entry``) sets it to its own state for the length of its call,
+    so another program's ifs stay ``torch.cond``."""
     if not (rt.COND and rt.COND_TRACES > traces and isinstance(e, torch._dynamo.exc.TorchDynamoException)):
         return False
-    rt.COND = False
     warnings.warn(
         f"torchmux: torch.cond refused a rewritten tensor if/else ({str(e).splitlines()[0]}); "
-        "such ifs now branch in Python (one graph break each)",
+        "this program's such ifs now branch in Python (one graph break each)",
         stacklevel=3,
     )
     return True

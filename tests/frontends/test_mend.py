@@ -341,7 +341,53 @@ def test_torch_cond_refusal_falls_back_to_python_in_a_module(monkeypatch) -> Non
     with pytest.warns(UserWarning, match="torch.cond refused"):
         got = fast(torch.ones(3))
     assert torch.equal(got, want)
-    assert _mend_runtime.COND is False
+    assert _mend_runtime.COND is True  # the refusal is this program's: the process's switch is as it was
+
+
+class _RandomJoin(nn.Module):
+    """An if torch.cond takes (both sides float32); random, so only torch.cond (not both sides) may run it."""
+
+    def forward(self, x):
+        if x.sum() > 0:
+            y = torch.rand(3)
+        else:
+            y = torch.zeros(3)
+        return y + x
+
+
+def test_torch_cond_refusal_is_the_programs_own() -> None:
+    """One program that torch.cond refused branches in Python from then on; a program compiled after it
+    keeps its ifs as torch.cond (the switch was process-wide: one refusal cost every later module its
+    one-graph capture, and tests passed or failed by their order)."""
+    from torch._dynamo.utils import counters
+
+    class Joins(nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:
+                y = torch.rand(3)
+            else:
+                y = torch.zeros(3, dtype=torch.float64)
+            return y + x
+
+    refused = compiled(Joins())
+    with pytest.warns(UserWarning, match="torch.cond refused"):
+        refused(torch.ones(3))
+    model = _RandomJoin()
+    other = torchmux.compile(model, backend="eager")  # no reset: the refused program stays compiled beside it
+    counters.clear()
+    for sign in (1, -1):
+        torch.manual_seed(0)
+        want = model(sign * torch.ones(3))
+        torch.manual_seed(0)
+        assert torch.equal(other(sign * torch.ones(3)), want)
+    assert not counters["graph_break"]  # both sides in one graph: torch.cond
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the refused program stays in Python: no second trace refused, no warning
+        for sign in (1, -1):
+            torch.manual_seed(0)
+            want = Joins()(sign * torch.ones(3))
+            torch.manual_seed(0)
+            assert torch.equal(refused(sign * torch.ones(3)), want)
 
 
 def test_class_and_other_instances_untouched() -> None:
@@ -385,7 +431,7 @@ def test_torch_cond_refusal_falls_back_to_python(monkeypatch) -> None:
     """Branches torch.cond cannot join (float32 vs float64): the if runs in Python, same answer."""
     from torchmux.frontends.mend import runtime as _mend_runtime
 
-    monkeypatch.setattr(_mend_runtime, "COND", True)  # the fallback turns it off for the process
+    monkeypatch.setattr(_mend_runtime, "COND", True)
 
     def f(x):
         if x.sum() > 0:
@@ -401,7 +447,11 @@ def test_torch_cond_refusal_falls_back_to_python(monkeypatch) -> None:
     with pytest.warns(UserWarning, match="torch.cond refused"):
         got = fast(torch.ones(3))
     assert torch.equal(got, want)
-    assert _mend_runtime.COND is False
+    assert _mend_runtime.COND is True  # off inside this function's calls only
+    torch.manual_seed(0)
+    want = f(-torch.ones(3))
+    torch.manual_seed(0)
+    assert torch.equal(fast(-torch.ones(3)), want)
 
 
 class ElifChain(nn.Module):

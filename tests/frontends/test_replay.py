@@ -136,6 +136,28 @@ def test_a_forward_with_a_break_or_replaced_is_not_replayed() -> None:
     assert replay.hits == hits
 
 
+def _either(p, if_true, if_false):
+    if p:  # a graph break in a helper Dynamo inlines, after the caller made two closures
+        return if_true()
+    return if_false()
+
+
+class Closures(nn.Module):
+    def forward(self, x):
+        return _either(x.sum() > 0, lambda: x * 2, lambda: x - 1) + 1
+
+
+def test_a_transformed_code_holding_a_dict_is_looked_up_without_hashing_it() -> None:
+    """Dynamo's code for a frame that breaks after making closures holds their globals (a dict) among its
+    constants, and a code object hashes its constants: the replay's lookup raised ``TypeError:
+    unhashable type: 'dict'`` out of the user's second call."""
+    model = Closures()
+    compiled = _compile(model, mend=False)
+    for sign in (1, -1, 1, -1, 1, -1):
+        x = sign * torch.ones(3)
+        assert torch.equal(compiled(x), model(x))
+
+
 def test_an_entry_another_backend_compiled_is_never_replayed() -> None:
     torch.manual_seed(0)
     x = torch.randn(4, 8)
