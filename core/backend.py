@@ -152,7 +152,8 @@ class LoadRequest:
     this backend's options, the stored program (``program()`` reads it: for a backend whose artifact
     is the program itself, and to answer ``in_spec``-shaped calls), and the program's weights and
     constant tensors (``weights()``: name -> NumPy array on the CPU, read from the package without
-    deserializing the program): a backend whose :meth:`Backend.save` left the program's weights out of
+    deserializing the program; views of the package's checked buffer, shared by every backend that loads
+    from it: read them, never write into them): a backend whose :meth:`Backend.save` left the program's weights out of
     its files, naming them instead (the package stores each weight once), takes them from here."""
 
     saved: SavedGraph

@@ -10,7 +10,6 @@ Options (``options={"onnxruntime.<name>": value}``): :data:`OPTIONS` below, chec
 
 from __future__ import annotations
 
-import ctypes.util
 import functools
 from pathlib import Path
 
@@ -72,6 +71,8 @@ def usable_providers() -> tuple[str, ...]:
     built = set(ort.get_available_providers())
     usable = []
     if torch.cuda.is_available():
+        import ctypes.util
+
         if TENSORRT in built and (ctypes.util.find_library("nvinfer") or module_present("tensorrt")):
             usable.append(TENSORRT)
         if CUDA in built:

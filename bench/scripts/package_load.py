@@ -2,6 +2,7 @@
 library used directly.
 
     python -m torchmux.bench.scripts.package_load --model bert --batch-size 8 --threads 1 --repeats 5
+        [--systems onnxruntime,torchmux-export:onnxruntime]
 
 Builds, once, in this process: the ``.onnx`` file ``torch.onnx.export(model, args, dynamo=True,
 optimize=True)`` writes, the AOTInductor package ``aoti_compile_and_package(torch.export.export(...))``
@@ -132,10 +133,16 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--json", default=None)
+    p.add_argument(
+        "--systems",
+        default="onnxruntime,aoti,torchmux-export:onnxruntime,torchmux-export:inductor",
+        help="which to time (comma-separated; AOTInductor's take seconds each)",
+    )
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     folder = Path(tempfile.mkdtemp(prefix="torchmux-package-load-"))
-    paths = build(a.model, a.batch_size, folder)
+    wanted = a.systems.split(",")
+    paths = {s: path for s, path in build(a.model, a.batch_size, folder).items() if s in wanted}
     times: dict[str, list[tuple[float, float]]] = {s: [] for s in paths}
     for system, path in paths.items():  # untimed: writes the bytecode cache
         child(system, path, folder, a.threads, a.model)

@@ -54,3 +54,51 @@ def test_a_directory_that_points_past_the_end_is_an_error(tmp_path) -> None:
     blob.header_offset += 7  # the central directory now names a place with no local header
     with pytest.raises(zipfile.BadZipFile, match="no local header"):
         stored_members(z, raw)
+
+
+def _program_archive() -> bytes:
+    """A real ``torch.export.save`` archive of a small module with three weights."""
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.LayerNorm(7)).eval()
+    buf = io.BytesIO()
+    torch.export.save(torch.export.export(model, (torch.randn(2, 5),)), buf)
+    return buf.getvalue()
+
+
+def test_members_start_on_64_byte_boundaries_and_weights_are_views_of_the_checked_buffer(tmp_path) -> None:
+    """Weights in place (module docstring): the program's tensors come out of the reader's own buffer, aligned
+    and writable, without a copy; an archive written without the padding (another tool, an older torchmux)
+    gives copies, as aligned and writable."""
+    import numpy as np
+
+    from torchmux.core.package import ALIGN, PROGRAM, program_weights
+
+    program = _program_archive()
+    path = write_package(tmp_path / "p.tmux", {**MEMBERS, PROGRAM: program}, native=set(), info={})
+    raw = path.read_bytes()
+    views = stored_members(zipfile.ZipFile(io.BytesIO(raw)), raw)
+    assert views is not None
+    for info in zipfile.ZipFile(path).infolist():  # each member's data, the manifest's too
+        assert raw.find(bytes(views[info.filename]), info.header_offset) % ALIGN == 0, info.filename
+
+    reader = PackageReader(path)
+    buffer = np.frombuffer(reader.view(PROGRAM), dtype=np.uint8)
+    assert buffer.ctypes.data % ALIGN == 0
+    weights = program_weights(reader.view(PROGRAM))
+    assert weights is not None and set(weights) == {"0.weight", "0.bias", "1.weight", "1.bias"}
+    for array in weights.values():
+        assert array.flags.writeable and array.flags.aligned and np.shares_memory(array, buffer)
+
+    # the same archive stored at an odd offset (no padding): every weight copied, the same values
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as z:
+        z.writestr("pad", b"x")
+        z.writestr(PROGRAM, program)
+    odd = stored_members(zipfile.ZipFile(io.BytesIO(buf.getvalue())), bytearray(buf.getvalue()))
+    assert odd is not None
+    copied = program_weights(odd[PROGRAM])
+    assert copied is not None
+    for name, array in copied.items():
+        assert array.flags.writeable and array.flags.aligned and not np.shares_memory(array, buffer)
+        assert np.array_equal(array, weights[name])
