@@ -52,7 +52,7 @@ import sys
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import torch
 
@@ -79,9 +79,6 @@ MANIFEST, PROGRAM, PLAN = "manifest.json", "program.pt2", "plan.json"
 #: where each member's data starts in the file: a multiple of this (the weights inside are aligned for SIMD loads)
 ALIGN = 64
 _ALIGN_EXTRA = 0xD935  # the extra field's ID that pads a member's header (zipalign's)
-#: names in torchmux's and torch's archives are ASCII, written without zip's UTF-8 flag: read as UTF-8, not
-#: with zip's default cp437 (whose codec is one more module to import at load)
-_UTF8: dict[str, str] = {"metadata_encoding": "utf-8"} if sys.version_info >= (3, 11) else {}
 
 
 class PackageError(TorchmuxError, ValueError):
@@ -140,6 +137,16 @@ def stored_members(z: zipfile.ZipFile, data: bytes | memoryview) -> dict[str, me
     return out
 
 
+def open_archive(data: bytes | bytearray | memoryview) -> zipfile.ZipFile:
+    """A zip archive read from ``data`` in place (:class:`ViewFile`). Names in torchmux's and torch's
+    archives are ASCII, written without zip's UTF-8 flag: read as UTF-8, not with zip's default cp437
+    (whose codec is one more module to import at load)."""
+    file = cast(IO[bytes], ViewFile(data))
+    if sys.version_info >= (3, 11):
+        return zipfile.ZipFile(file, metadata_encoding="utf-8")
+    return zipfile.ZipFile(file)
+
+
 class ViewFile(io.RawIOBase):
     """A read-only, seekable file over a buffer, without a copy (``io.BytesIO`` copies anything but a
     ``bytes``): what ``zipfile`` reads an archive's directory through."""
@@ -180,7 +187,7 @@ def program_weights(data: bytes | memoryview) -> dict[str, Any] | None:
     import numpy as np
 
     out: dict[str, Any] = {}
-    with zipfile.ZipFile(ViewFile(data), **_UTF8) as z:
+    with open_archive(data) as z:
         names = z.namelist()
         views = stored_members(z, data)
         read = z.read if views is None else views.__getitem__
@@ -314,7 +321,7 @@ def _read_aligned(path: Path) -> memoryview:
         try:
             import mmap
 
-            flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)  # type: ignore[attr-defined]
+            flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
             view = memoryview(mmap.mmap(-1, max(size, 1), flags=flags))[:size]
         except (AttributeError, TypeError, OSError, ValueError):  # no anonymous POSIX mapping here (Windows)
             import ctypes
@@ -336,7 +343,7 @@ class PackageReader:
         except OSError as e:
             raise PackageError(f"cannot read the package {self.path}: {e}") from e
         try:
-            self._zip = zipfile.ZipFile(ViewFile(raw), **_UTF8)
+            self._zip = open_archive(raw)
             names = set(self._zip.namelist())
         except (zipfile.BadZipFile, ValueError, EOFError) as e:
             raise PackageError(

@@ -319,21 +319,23 @@ def test_a_compiled_module_sets_the_switches_while_dynamo_traces_only(monkeypatc
     assert (cfg.capture_scalar_outputs, set(cfg.reorderable_logging_functions)) == before
 
 
+class _Joins(nn.Module):
+    """An if torch.cond refuses (its sides' dtypes differ); random, so only torch.cond may run it whole."""
+
+    def forward(self, x):
+        if x.sum() > 0:
+            y = torch.rand(3)
+        else:
+            y = torch.zeros(3, dtype=torch.float64)
+        return y + x
+
+
 def test_torch_cond_refusal_falls_back_to_python_in_a_module(monkeypatch) -> None:
     """The same retry as for a function, where the switches are set while Dynamo traces."""
     from torchmux.frontends.mend import runtime as _mend_runtime
 
     monkeypatch.setattr(_mend_runtime, "COND", True)
-
-    class Joins(nn.Module):
-        def forward(self, x):
-            if x.sum() > 0:
-                y = torch.rand(3)
-            else:
-                y = torch.zeros(3, dtype=torch.float64)
-            return y + x
-
-    model = Joins()
+    model = _Joins()
     torch.manual_seed(0)
     want = model(torch.ones(3))
     fast = compiled(model)
@@ -361,15 +363,7 @@ def test_torch_cond_refusal_is_the_programs_own() -> None:
     one-graph capture, and tests passed or failed by their order)."""
     from torch._dynamo.utils import counters
 
-    class Joins(nn.Module):
-        def forward(self, x):
-            if x.sum() > 0:
-                y = torch.rand(3)
-            else:
-                y = torch.zeros(3, dtype=torch.float64)
-            return y + x
-
-    refused = compiled(Joins())
+    refused = compiled(_Joins())
     with pytest.warns(UserWarning, match="torch.cond refused"):
         refused(torch.ones(3))
     model = _RandomJoin()
@@ -385,7 +379,7 @@ def test_torch_cond_refusal_is_the_programs_own() -> None:
         warnings.simplefilter("error")  # the refused program stays in Python: no second trace refused, no warning
         for sign in (1, -1):
             torch.manual_seed(0)
-            want = Joins()(sign * torch.ones(3))
+            want = _Joins()(sign * torch.ones(3))
             torch.manual_seed(0)
             assert torch.equal(refused(sign * torch.ones(3)), want)
 
