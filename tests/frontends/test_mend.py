@@ -320,21 +320,25 @@ def test_a_compiled_module_sets_the_switches_while_dynamo_traces_only(monkeypatc
 
 
 class _Joins(nn.Module):
-    """An if torch.cond refuses (its sides' dtypes differ); random, so only torch.cond may run it whole."""
+    """A random if (only torch.cond may run it whole) whose other side is zeros of ``dtype``: torch.cond
+    refuses it when the sides' dtypes differ (float64), takes it when they agree (float32)."""
+
+    def __init__(self, dtype: torch.dtype = torch.float64) -> None:
+        super().__init__()
+        self.dtype = dtype
 
     def forward(self, x):
         if x.sum() > 0:
             y = torch.rand(3)
         else:
-            y = torch.zeros(3, dtype=torch.float64)
+            y = torch.zeros(3, dtype=self.dtype)
         return y + x
 
 
-def test_torch_cond_refusal_falls_back_to_python_in_a_module(monkeypatch) -> None:
+def test_torch_cond_refusal_falls_back_to_python_in_a_module() -> None:
     """The same retry as for a function, where the switches are set while Dynamo traces."""
     from torchmux.frontends.mend import runtime as _mend_runtime
 
-    monkeypatch.setattr(_mend_runtime, "COND", True)
     model = _Joins()
     torch.manual_seed(0)
     want = model(torch.ones(3))
@@ -346,17 +350,6 @@ def test_torch_cond_refusal_falls_back_to_python_in_a_module(monkeypatch) -> Non
     assert _mend_runtime.COND is True  # the refusal is this program's: the process's switch is as it was
 
 
-class _RandomJoin(nn.Module):
-    """An if torch.cond takes (both sides float32); random, so only torch.cond (not both sides) may run it."""
-
-    def forward(self, x):
-        if x.sum() > 0:
-            y = torch.rand(3)
-        else:
-            y = torch.zeros(3)
-        return y + x
-
-
 def test_torch_cond_refusal_is_the_programs_own() -> None:
     """One program that torch.cond refused branches in Python from then on; a program compiled after it
     keeps its ifs as torch.cond (the switch was process-wide: one refusal cost every later module its
@@ -366,7 +359,7 @@ def test_torch_cond_refusal_is_the_programs_own() -> None:
     refused = compiled(_Joins())
     with pytest.warns(UserWarning, match="torch.cond refused"):
         refused(torch.ones(3))
-    model = _RandomJoin()
+    model = _Joins(torch.float32)
     other = torchmux.compile(model, backend="eager")  # no reset: the refused program stays compiled beside it
     counters.clear()
     for sign in (1, -1):
@@ -421,11 +414,9 @@ def test_edited_source_file_means_no_change(tmp_path, monkeypatch) -> None:
     assert torch.equal(compiled(namespace["f"])(torch.ones(2)), torch.full((2,), 2.0))
 
 
-def test_torch_cond_refusal_falls_back_to_python(monkeypatch) -> None:
+def test_torch_cond_refusal_falls_back_to_python() -> None:
     """Branches torch.cond cannot join (float32 vs float64): the if runs in Python, same answer."""
     from torchmux.frontends.mend import runtime as _mend_runtime
-
-    monkeypatch.setattr(_mend_runtime, "COND", True)
 
     def f(x):
         if x.sum() > 0:
