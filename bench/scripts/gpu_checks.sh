@@ -4,7 +4,7 @@
 # installed (nothing is fetched): logs go to $OUT (default ./gpu-out), one file per step, and the bench's
 # folder as bench.tar.gz. Each step has its own time limit so that one that hangs leaves the others.
 #
-#   OUT=/tmp/gpu [STEPS="bandwidth tests bench"] [SYSTEMS=...] bash bench/scripts/gpu_checks.sh [tests-seconds] [bench-seconds] [bench models]
+#   OUT=/tmp/gpu [STEPS="bandwidth tests bench"] [SYSTEMS=...] [BATCH=1,8] [DEVICE=cuda] bash bench/scripts/gpu_checks.sh [tests-seconds] [bench-seconds] [bench models]
 #
 # Each failing test is written to $OUT/fails.txt as it fails (tests/conftest.py, TORCHMUX_FAIL_LOG).
 set -u
@@ -16,7 +16,9 @@ T_BENCH=${2:-150}
 MODELS=${3:-mlp,resnet,bert}
 PY=${PY:-python3}
 STEPS=${STEPS:-bandwidth tests bench}
-SYSTEMS=${SYSTEMS:-eager,inductor,aoti,torchmux:auto,torchmux:triton,torchmux:cudagraphs,torchmux-export:auto}
+BATCH=${BATCH:-1,8}
+DEVICE=${DEVICE:-cuda}
+SYSTEMS=${SYSTEMS:-eager,inductor,inductor-freezing,aoti,torchmux:auto,torchmux:cudagraphs,torchmux-export:auto,torchmux-export:inductor}
 step() { echo "== $1 $(date +%T)" | tee -a "$OUT/steps.txt"; }
 
 step env
@@ -42,10 +44,11 @@ esac
 
 case " $STEPS " in *" bench "*)
 step bench
-timeout "$T_BENCH" $PY -m torchmux bench --device cuda --models "$MODELS" --batch-size 8 --latency-only --rounds 10 \
+timeout "$T_BENCH" $PY -m torchmux bench --device "$DEVICE" --models "$MODELS" --batch-size "$BATCH" --latency-only --rounds 10 \
     --timeout 100 --systems "$SYSTEMS" \
     --out "$OUT/bench" >"$OUT/bench.txt" 2>&1
 echo "rc=$?" >>"$OUT/bench.txt"
+for f in "$OUT"/bench/bench.json "$OUT"/bench/*/bench.json; do [ -f "$f" ] && cp "$f" "$OUT/$(basename "$(dirname "$f")")-bench.json"; done
 tar czf "$OUT/bench.tar.gz" -C "$OUT" bench 2>/dev/null && rm -rf "$OUT/bench" ;;
 esac
 step done
