@@ -1,17 +1,23 @@
-"""``.item()`` / ``.tolist()`` whose Python value is only logged (or never used): kept a tensor.
+"""Numbers read from data in Python: ``.item()`` / ``.tolist()`` only logged, and ``random.randint``.
 
 ``m = t.item()`` where every later read of ``m`` is an argument of a print/warn/log that
 :mod:`.effects` defers keeps ``m`` the tensor ``t``; the conversion is applied when the log is replayed
 after the graph. A ``.item()`` never read at all is still performed after the graph (it raises what it
 would raise). :func:`reads_item` tells the loop rules which trip counts come from tensor data.
+
+``n = random.randint(a, b)``: Dynamo draws the number as a tensor and reads it back as a size it knows
+nothing of, so a later test on a shape cut with it (``x[:, n:]`` shorter than ``k``?) breaks the graph.
+:func:`drawn_range` binds ``a`` and ``b`` once and has ``runtime.drawn`` tell Dynamo ``a <= n <= b``
+(``torch._check``): tests that range decides then need no branch (a random crop's padding test).
 """
 
 from __future__ import annotations
 
 import ast
+import random
 from typing import TYPE_CHECKING
 
-from .analysis import Context, loaded_names
+from .analysis import Context, fired_stmt, loaded_names, located, name_node, rt_call
 from .effects import log_kind, log_leaves, strip_conversions
 
 if TYPE_CHECKING:
@@ -78,3 +84,25 @@ def reads_item(e: ast.AST) -> bool:
         isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr in ("item", "tolist")
         for c in ast.walk(e)
     )
+
+
+def drawn_range(s: ast.stmt, ctx: Context) -> list[ast.stmt] | None:
+    """``n = random.randint(a, b)`` -> ``lo, hi = a, b; n = runtime.drawn(random.randint(lo, hi), lo, hi)``."""
+    if not (
+        isinstance(s, ast.Assign)
+        and len(s.targets) == 1
+        and isinstance(s.targets[0], ast.Name)
+        and isinstance(s.value, ast.Call)
+        and len(s.value.args) == 2
+        and not s.value.keywords
+        and not any(isinstance(a, ast.Starred) for a in s.value.args)
+        and ctx.resolve(s.value.func) is random.randint
+    ):
+        return None
+    bounds = [ctx.fresh("lo"), ctx.fresh("hi")]
+    note = ctx.note(s, "random.randint(a, b) -> a size Dynamo knows lies in [a, b] (torch._check)")
+    call = ast.Call(s.value.func, [name_node(b) for b in bounds], [])
+    out: list[ast.stmt] = [ast.Assign([name_node(b, store=True)], a) for b, a in zip(bounds, s.value.args)]
+    out.append(ast.Assign(s.targets, rt_call("drawn", call, *(name_node(b) for b in bounds))))
+    out.append(fired_stmt(note, s))
+    return [located(x, s) for x in out]

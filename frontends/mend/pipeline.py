@@ -17,6 +17,7 @@ Pipeline (``mend(model)``, run by ``torchmux.compile`` and ``torchmux.explain`` 
    - :mod:`.effects`: ``print`` / ``warnings.warn`` / logging statements are replayed after the graph
      with the user's text, file and line;
    - :mod:`.items`: ``m = t.item()`` / ``.tolist()`` where ``m`` is only logged keeps ``m`` a tensor;
+     ``n = random.randint(a, b)`` tells Dynamo ``a <= n <= b`` (``torch._check``);
    - :mod:`.checks`: ``if <tensor>: raise`` and ``assert <tensor>`` are checked after the graph;
    - :mod:`.branches`: tensor ``if``/``elif``/``else`` and early returns -> ``torch.where`` /
      ``torch.cond`` (``and``/``or`` of tensor tests included, with Python's short circuit);

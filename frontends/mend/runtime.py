@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 from torch._dynamo.comptime import comptime
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 # --- deferred effects --------------------------------------------------------------------------------
 
@@ -183,6 +184,17 @@ def _convert(value: Any, converts: tuple[str, ...]) -> Any:
     return value
 
 
+def drawn(value: Any, lo: Any, hi: Any) -> Any:
+    """``random.randint(lo, hi)``'s number, said to lie in ``[lo, hi]`` (:mod:`.items`). Dynamo draws it
+    as a tensor and reads it back as an unbacked size; ``torch._check`` gives that size its range, so a
+    test the range decides (``x[:, start:]`` is at least ``size`` long) needs no branch. Outside Dynamo:
+    the int itself, the checks true."""
+    value = int(value)
+    torch._check(value >= lo)
+    torch._check(value <= hi)
+    return value
+
+
 def size_in(v: Any) -> Any:
     """A torch.Size as a tensor, so it can leave the graph with a deferred log (``torch.Size`` cannot)."""
     return torch.tensor(list(v), dtype=torch.int64) if isinstance(v, torch.Size) else v
@@ -322,9 +334,16 @@ def pure_module(m: Any) -> bool:
 def data_test(p: Any) -> Any:
     """An if-test's value. A bool Dynamo holds symbolically (a comparison of a float ``.item()`` inside a
     helper, or of a data-dependent size such as ``t[mask].numel() > 0``) becomes a 0-d bool tensor, so the
-    rules can select in the graph; Python asked for it would break the graph. Anything else is unchanged
-    (a constant bool is not a tensor test: ``p is True or p is False`` holds only for those)."""
+    rules can select in the graph; Python asked for it would break the graph. Unless what Dynamo knows of
+    its sizes decides it without a guard (``statically_known_true``: a crop ``x[:, n:]`` with ``n`` in a
+    range that :func:`drawn` or a ``torch._check`` gave): then it is that constant, and the user's if runs
+    as written, in the graph. Anything else is unchanged (a constant bool is not a tensor test:
+    ``p is True or p is False`` holds only for those)."""
     if torch.compiler.is_compiling() and isinstance(p, bool) and not (p is True or p is False):
+        if statically_known_true(p):
+            return True
+        if statically_known_true(torch.sym_not(p)):
+            return False
         return torch.scalar_tensor(p, dtype=torch.bool)
     return p
 

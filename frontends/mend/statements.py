@@ -29,7 +29,7 @@ from .branches import BranchRules
 from .checks import CheckRules
 from .effects import defer
 from .expressions import conditional_expressions
-from .items import item_for_logging, reads_item
+from .items import drawn_range, item_for_logging, reads_item
 from .legacy import legacy_variables
 from .loops import LoopRules
 
@@ -118,6 +118,10 @@ class Block(CheckRules, BranchRules, LoopRules):
                 check.value.args[1].ctx = ast.Load()
                 kept.append(check)
             return kept
+        if isinstance(s, ast.Assign):
+            drawn = drawn_range(s, self.ctx)
+            if drawn is not None:
+                return drawn
         if isinstance(s, ast.If):
             if maybe_tensor_test(s.test, self.ctx):
                 new = self.if_convert(s, defined)
