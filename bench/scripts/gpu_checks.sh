@@ -4,7 +4,7 @@
 # installed (nothing is fetched): logs go to $OUT (default ./gpu-out), one file per step, and the bench's
 # folder as bench.tar.gz. Each step has its own time limit so that one that hangs leaves the others.
 #
-#   OUT=/tmp/gpu [STEPS="bandwidth tests bench"] [SYSTEMS=...] [BATCH=1,8] [DEVICE=cuda] bash bench/scripts/gpu_checks.sh [tests-seconds] [bench-seconds] [bench models]
+#   OUT=/tmp/gpu [STEPS="bandwidth tests bench"] [SYSTEMS=...] [BATCH=1,8] [DEVICE=cuda] [LATENCY=per-system] bash bench/scripts/gpu_checks.sh [tests-seconds] [bench-seconds] [bench models]
 #
 # Each failing test is written to $OUT/fails.txt as it fails (tests/conftest.py, TORCHMUX_FAIL_LOG).
 set -u
@@ -18,6 +18,9 @@ PY=${PY:-python3}
 STEPS=${STEPS:-bandwidth tests bench}
 BATCH=${BATCH:-1,8}
 DEVICE=${DEVICE:-cuda}
+# each system timed in a process of its own: one that crashes (AOTInductor as its docs show died of SIGSEGV on
+# the H200, torch 2.11) costs its own row, not a rerun of every other system in a new shared process
+LATENCY=${LATENCY:-per-system}
 SYSTEMS=${SYSTEMS:-eager,inductor,inductor-freezing,aoti,torchmux:auto,torchmux:cudagraphs,torchmux-export:auto,torchmux-export:inductor}
 step() { echo "== $1 $(date +%T)" | tee -a "$OUT/steps.txt"; }
 
@@ -45,7 +48,7 @@ esac
 case " $STEPS " in *" bench "*)
 step bench
 timeout "$T_BENCH" $PY -m torchmux bench --device "$DEVICE" --models "$MODELS" --batch-size "$BATCH" --latency-only --rounds 10 \
-    --timeout 100 --systems "$SYSTEMS" \
+    --latency-processes "$LATENCY" --timeout 100 --systems "$SYSTEMS" \
     --out "$OUT/bench" >"$OUT/bench.txt" 2>&1
 echo "rc=$?" >>"$OUT/bench.txt"
 for f in "$OUT"/bench/bench.json "$OUT"/bench/*/bench.json; do [ -f "$f" ] && cp "$f" "$OUT/$(basename "$(dirname "$f")")-bench.json"; done
