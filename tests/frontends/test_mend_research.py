@@ -368,40 +368,7 @@ def test_fixed_point_loop_with_a_mid_body_break_is_one_graph_for_every_exit() ->
         torch.testing.assert_close(fast(x * scale), damped_fixed_point(x * scale))
 
 
-# --- items.py: random.randint's number, with the range Dynamo is told ---------------------------------
-
-
-class RandomCrop(nn.Module):
-    """ParityBench's audio crop (archinetai/audio-data-pytorch): a random start, then a test on the
-    cropped length that the start's range decides."""
-
-    def __init__(self, size: int) -> None:
-        super().__init__()
-        self.size = size
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        length = x.shape[1]
-        start = random.randint(0, max(length - self.size, 0))
-        x = x[:, start:]
-        channels, length = x.shape
-        if length < self.size:
-            padding = torch.zeros(channels, self.size - length)
-            return torch.cat([x, padding], dim=1)
-        return x[:, 0 : self.size]
-
-
-@pytest.mark.parametrize("width", [9, 4, 2])
-def test_random_crop_is_one_graph_drawing_pythons_numbers(width: int) -> None:
-    x = torch.randn(3, width)
-    report = explain(RandomCrop(4), x)
-    assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
-    assert any("random.randint" in r for r in report.rewrites), report.rewrites
-    model = compiled(RandomCrop(4))
-    for seed in range(4):  # the same draws from Python's generator as eager makes, so the same crops
-        random.seed(seed)
-        got = model(x)
-        random.seed(seed)
-        torch.testing.assert_close(got, RandomCrop(4)(x), rtol=0, atol=0)
+# --- items.py: random.randint's number, with the range Dynamo is told (the crop: test_mend_verdict.py) ---
 
 
 def test_randint_range_rule_leaves_other_draws_and_keywords_alone() -> None:

@@ -9,6 +9,7 @@ import random
 import warnings
 from contextlib import redirect_stdout
 
+import pytest
 import torch
 import torch.nn as nn
 from torch.autograd import Variable
@@ -239,8 +240,25 @@ def test_a_branch_that_sizes_a_tensor_from_the_data_never_runs_when_not_taken() 
     x = torch.randn(2, 40)
     windows = [x[:, s : s + 10] for s in range(31)]  # what eager returns: a random window of x
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.cond refuses this if (its sides' shapes differ): it branches in Python
+        warnings.simplefilter("ignore")
         for _ in range(8):
             got = compiled(x)  # before: "Runtime assertion failed for expression u1 <= 10" on most calls
             assert any(torch.equal(got, w) for w in windows)
     assert rt.COND is True  # the refusal was this program's
+
+
+@pytest.mark.parametrize("width", [9, 4, 2])
+def test_random_crop_is_one_graph_drawing_pythons_numbers(width: int) -> None:
+    """``random.randint``'s number gets its range (``items.drawn_range``), and the if on the cropped length,
+    which that range decides, runs in the graph as written: one graph at every width, eager's crops."""
+    x = torch.randn(3, width)
+    report = explain(_RandomCrop(4), x)
+    assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
+    assert any("random.randint" in r for r in report.rewrites), report.rewrites
+    torch._dynamo.reset()
+    compiled = torchmux.compile(_RandomCrop(4), backend="eager")
+    for seed in range(4):  # the same draws from Python's generator as eager makes, so the same crops
+        random.seed(seed)
+        got = compiled(x)
+        random.seed(seed)
+        torch.testing.assert_close(got, _RandomCrop(4)(x), rtol=0, atol=0)
