@@ -244,7 +244,7 @@ def test_a_branch_that_sizes_a_tensor_from_the_data_never_runs_when_not_taken() 
         for _ in range(8):
             got = compiled(x)  # before: "Runtime assertion failed for expression u1 <= 10" on most calls
             assert any(torch.equal(got, w) for w in windows)
-    assert rt.COND is True  # the refusal was this program's
+    assert rt.COND is True  # the process's torch.cond switch is left on
 
 
 @pytest.mark.parametrize("width", [9, 4, 2])
