@@ -13,11 +13,23 @@ zero hidden state): an empty tensor of ``x``'s dtype and device, resized. Dynamo
 (a break at every such line); ``t.new_empty(size)`` is the same tensor, uninitialized and contiguous
 as the resized one is. The call becomes ``_mend_rt.new_resized(note, t, "resize_", *size)``: that
 while Dynamo traces a tensor, the code as written otherwise.
+
+An ``autograd.Function`` whose ``backward`` only raises ("not differentiable, use the straight-through
+one") and whose ``forward`` marks every value it returns non-differentiable (a vector quantizer's code
+indices): while gradients are on and an input needs them, Dynamo traces the backward too, meets the
+``raise`` and skips the whole frame. No output of such a call can reach its backward, and ``apply``
+runs ``forward`` with gradients off whatever the caller's mode, so ``Fn.apply(...)`` (or a global alias
+of it) becomes ``_mend_rt.no_backward_apply(note, Fn.apply, ...)``: under ``torch.no_grad()`` while
+Dynamo traces (it then traces the forward alone), as written otherwise.
 """
 
 from __future__ import annotations
 
 import ast
+import inspect
+import textwrap
+import types
+from typing import Any
 
 import torch
 
@@ -29,6 +41,7 @@ _VARIABLE = torch.autograd.Variable
 def legacy_variables(fdef: ast.FunctionDef, ctx: Context) -> None:
     """Rewrite the ``Variable(...)`` and ``t.new().resize_(...)`` calls of ``fdef`` in place."""
     new_then_resized(fdef, ctx)
+    no_backward_applies(fdef, ctx)
     grad_set = _requires_grad_set(fdef)
     for call in [n for n in ast.walk(fdef) if isinstance(n, ast.Call)]:
         if ctx.resolve(call.func) is not _VARIABLE or len(call.args) != 1 or isinstance(call.args[0], ast.Starred):
@@ -114,3 +127,74 @@ def new_then_resized(fdef: ast.FunctionDef, ctx: Context) -> None:
             ast.copy_location(ast.Attribute(ast.Name(RT, ast.Load()), "new_resized", ast.Load()), func), call
         )
         call.args = [located(ast.Constant(note), call), source, located(ast.Constant(func.attr), call), *call.args]
+
+
+def no_backward_applies(fdef: ast.FunctionDef, ctx: Context) -> None:
+    """``Fn.apply(...)`` calls of ``fdef`` whose ``Fn`` :func:`has_no_backward`, in place."""
+    for call in [n for n in ast.walk(fdef) if isinstance(n, ast.Call)]:
+        fn = ctx.resolve(call.func)
+        if not has_no_backward(fn) or call.keywords:
+            continue
+        note = ctx.note(call, f"{fn.__self__.__name__}.apply: forward only (its backward only raises)")
+        call.args = [located(ast.Constant(note), call), call.func, *call.args]
+        call.func = located(
+            ast.copy_location(ast.Attribute(ast.Name(RT, ast.Load()), "no_backward_apply", ast.Load()), call.func),
+            call,
+        )
+
+
+def has_no_backward(fn: Any) -> bool:
+    """Whether ``fn`` is ``Fn.apply`` of an ``autograd.Function`` whose ``backward`` is one ``raise`` and whose
+    ``forward(ctx, ...)`` returns only names (or tuples of names) it passed to ``ctx.mark_non_differentiable``
+    (no ``setup_context``, ``vjp`` or ``jvp`` of its own)."""
+    owner = getattr(fn, "__self__", None)
+    if not (
+        isinstance(fn, types.MethodType)
+        and isinstance(owner, type)
+        and issubclass(owner, torch.autograd.Function)
+        and fn.__func__ is torch.autograd.Function.apply.__func__
+        and owner.setup_context is torch.autograd.Function.setup_context
+        and owner.vjp is torch.autograd.Function.vjp
+        and owner.jvp is torch.autograd.Function.jvp
+    ):
+        return False
+    backward, forward = _parsed(owner.backward), _parsed(owner.forward)
+    if backward is None or forward is None or not forward.args.args:
+        return False
+    body = backward.body[1:] if ast.get_docstring(backward) is not None else backward.body
+    if not (len(body) == 1 and isinstance(body[0], ast.Raise)):
+        return False
+    ctx_name = forward.args.args[0].arg
+    marked = {
+        a.id
+        for n in ast.walk(forward)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr == "mark_non_differentiable"
+        and isinstance(n.func.value, ast.Name)
+        and n.func.value.id == ctx_name
+        for a in n.args
+        if isinstance(a, ast.Name)
+    }
+    returns = [n for n in ast.walk(forward) if isinstance(n, ast.Return)]
+    if not returns or any(
+        isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        for n in ast.walk(forward)
+        if n is not forward
+    ):
+        return False
+    for r in returns:
+        values = r.value.elts if isinstance(r.value, ast.Tuple) else [r.value]
+        if not all(isinstance(v, ast.Name) and v.id in marked for v in values):
+            return False
+    return True
+
+
+def _parsed(method: Any) -> ast.FunctionDef | None:
+    """The definition of a static method, parsed from its source, or None where there is none to read."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(method)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    first = tree.body[0] if tree.body else None
+    return first if isinstance(first, ast.FunctionDef) else None

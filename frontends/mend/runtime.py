@@ -633,6 +633,18 @@ def variable(note: int, data: Any) -> Any:
     return torch.autograd.Variable(data)
 
 
+def no_backward_apply(note: int, apply: Any, *args: Any) -> Any:
+    """``Fn.apply(*args)`` of a Function whose backward only raises and whose outputs are all marked
+    non-differentiable (``legacy.has_no_backward``): under ``torch.no_grad()`` while Dynamo traces (the same
+    outputs, none needing gradients, as ``apply`` gives; Dynamo then traces no backward), as written
+    otherwise."""
+    if torch.compiler.is_compiling() and torch.is_grad_enabled():
+        fired(note)
+        with torch.no_grad():
+            return apply(*args)
+    return apply(*args)
+
+
 def new_resized(note: int, t: Any, how: str, *size: Any) -> Any:
     """``t.new().resize_(*size)`` or ``t.new().resize_as_(other)``: ``t.new_empty`` of that size while
     Dynamo traces a tensor (the same uninitialized, contiguous tensor; Dynamo refuses ``resize_``), the

@@ -379,3 +379,70 @@ def test_randint_range_rule_leaves_other_draws_and_keywords_alone() -> None:
 
     report = explain(Draws(), torch.ones(2))
     assert not any("random.randint" in r for r in report.rewrites), report.rewrites
+
+
+# --- legacy.py: an autograd.Function whose backward only raises ------------------------------------------
+
+
+class Nearest(torch.autograd.Function):
+    """A vector quantizer's code lookup as research code writes it: indices, marked non-differentiable."""
+
+    @staticmethod
+    def forward(ctx, inputs, codebook):
+        with torch.no_grad():
+            distances = torch.cdist(inputs.reshape(-1, codebook.size(1)), codebook)
+            indices = distances.argmin(dim=1).view(*inputs.shape[:-1])
+            ctx.mark_non_differentiable(indices)
+            return indices
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        raise RuntimeError("Nearest is not differentiable: use the straight-through one")
+
+
+class Rounded(torch.autograd.Function):
+    """Backward raises too, but its float output is differentiable: a backward through it must raise."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return torch.round(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        raise RuntimeError("Rounded has no gradient")
+
+
+nearest = Nearest.apply
+
+
+class Quantizer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.codebook = nn.Parameter(torch.randn(16, 4))  # needs gradients: Dynamo would trace the backward
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return nearest(z.permute(0, 2, 3, 1).contiguous(), self.codebook) + 1
+
+
+def test_function_whose_backward_only_raises_is_one_graph_with_eagers_indices() -> None:
+    model, z = Quantizer(), torch.randn(2, 4, 3, 3)
+    rep = explain(model, z)  # as written: Dynamo traces the backward, meets its raise and skips the frame
+    assert (rep.graph_count, rep.graph_break_count, rep.not_captured) == (1, 0, []), rep.not_captured
+    assert any("Nearest.apply: forward only" in r for r in rep.rewrites), rep.rewrites
+    fast = compiled(model)
+    for _ in range(2):
+        z = torch.randn(2, 4, 3, 3)
+        out, want = fast(z), model(z)
+        assert torch.equal(out, want) and out.requires_grad == want.requires_grad == False  # noqa: E712
+
+
+def test_function_with_a_differentiable_output_keeps_its_raising_backward() -> None:
+    def rounded(x: torch.Tensor) -> torch.Tensor:
+        return Rounded.apply(x * 2)
+
+    rep = explain(rounded, torch.ones(3, requires_grad=True))
+    assert not any("forward only" in r for r in rep.rewrites), rep.rewrites
+    out = compiled(rounded)(torch.ones(3, requires_grad=True))
+    assert out.requires_grad and torch.equal(out.detach(), torch.full((3,), 2.0))
+    with pytest.raises(RuntimeError, match="Rounded has no gradient"):
+        out.sum().backward()
