@@ -35,6 +35,7 @@ import random
 import select
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -135,6 +136,15 @@ def _parser() -> argparse.ArgumentParser:
         help="shared: every system of a model timed in one process (default); per-system: each in a process "
         "of its own, all alive, driven through the same interleaved rounds (what a program that uses "
         "one system sees: no other system's thread pools, arenas or compiled code beside it)",
+    )
+    p.add_argument(
+        "--processes-per-system",
+        type=int,
+        default=1,
+        metavar="K",
+        help="with --latency-processes per-system: K processes for each system, each compiled on its own and "
+        "all driven through the same rounds; a system's samples are pooled over its K processes (where a "
+        "process lands in memory moves one library's latency by 5-15%% here: K=3 averages that out)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
@@ -365,10 +375,12 @@ class _Served:
     then told ``sample R`` on its standard input; it answers on a pipe of its own (its standard output
     and error go to its log, where a backend's prints cannot be taken for an answer)."""
 
-    def __init__(self, model: str, system: str, args: argparse.Namespace, cache: Path | None, work: Path) -> None:
+    def __init__(
+        self, model: str, system: str, args: argparse.Namespace, cache: Path | None, work: Path, replica: int = 0
+    ) -> None:
         from .run import cache_env
 
-        label = f"{model}.{system.replace(':', '-')}.latency"
+        label = f"{model}.{system.replace(':', '-')}.latency" + (f".{replica + 1}" if replica else "")
         self.events, self.log = work / f"{label}.jsonl", args.out / "logs" / f"{label}.log"
         read, write = os.pipe()
         cmd = _child_command("served", model, [system], args, self.events, None) + ["--_replies", str(write)]
@@ -431,55 +443,90 @@ class _Served:
 def latency_run_per_system(
     model: str, systems: list[str], args: argparse.Namespace, caches: dict[str, Path], work: Path
 ) -> dict[str, Any]:
-    """The interleaved timing of ``systems`` on ``model``, each system in a process of its own.
+    """The interleaved timing of ``systems`` on ``model``, each system in a process of its own (or
+    ``--processes-per-system`` K of them).
 
     The processes start one after another (each compiles, checks and warms up before the next starts,
     so no compile competes with another), stay alive, and are then driven through the rounds: every
     round asks each one for one sample, in a new random order, one process at a time, the others
     waiting on their input. The machine's noise is shared as in the one-process run; thread pools,
-    memory arenas and compiled code are not. A process that dies or hangs costs its own system only."""
+    memory arenas and compiled code are not. A system's samples are pooled over its processes (each
+    process's median is kept too, ``process_medians``; an auto system's choices are merged, ``a/b``
+    where its processes chose differently). A process that dies or hangs costs its own samples only;
+    a system fails when every one of its processes has."""
     found: dict[str, dict[str, Any]] = {}
-    live: dict[str, _Served] = {}
+    live: dict[tuple[str, int], _Served] = {}
+    per_process: dict[tuple[str, int], list[float]] = {}
+    errors: dict[str, str] = {}
+    replicas = args.processes_per_system
     try:
         for system in systems:
-            child = _Served(model, system, args, caches.get(system), work)
-            answer = child.ask(None, args.timeout)
-            found[system] = child.found()
-            if answer == "ready":
-                live[system] = child
-                found[system]["samples"] = []
-                continue
-            child.stop()
-            if found[system].get("event") != "failed":
-                stage = "compiling" if "event" not in found[system] else "warming up"
-                found[system] = {
-                    "event": "failed",
-                    "error": f"{answer.removeprefix('died: ')} while {stage} it: {_log_tail(child.log)}",
-                }
+            for k in range(replicas):
+                child = _Served(model, system, args, caches.get(system), work, k)
+                answer = child.ask(None, args.timeout)
+                row = child.found()
+                if answer == "ready":
+                    live[(system, k)] = child
+                    per_process[(system, k)] = []
+                    found[system] = _merged(found.get(system), row)
+                    continue
+                child.stop()
+                if row.get("event") != "failed":
+                    stage = "compiling" if "event" not in row else "warming up"
+                    row = {
+                        "event": "failed",
+                        "error": f"{answer.removeprefix('died: ')} while {stage} it: {_log_tail(child.log)}",
+                    }
+                errors[system] = row["error"]
         shuffle = random.Random(0)
         for r in range(args.rounds):
-            for system in shuffle.sample(sorted(live), len(live)):
-                answer = live[system].ask(f"sample {r}", args.timeout)
+            for key in shuffle.sample(sorted(live), len(live)):
+                answer = live[key].ask(f"sample {r}", args.timeout)
                 try:
-                    found[system]["samples"].append(float(answer))
+                    per_process[key].append(float(answer))
                     continue
                 except ValueError:
                     pass
-                child = live.pop(system)
+                child = live.pop(key)
                 child.stop()
+                per_process.pop(key)
                 failed = child.found()
-                found[system] = (
-                    failed
+                errors[key[0]] = (
+                    failed["error"]
                     if failed.get("event") == "failed"
-                    else {
-                        "event": "failed",
-                        "error": f"{answer.removeprefix('died: ')} while timing it: {_log_tail(child.log)}",
-                    }
+                    else f"{answer.removeprefix('died: ')} while timing it: {_log_tail(child.log)}"
                 )
     finally:
         for child in live.values():
             child.stop()
+    for system in systems:
+        mine = [samples for (s, _), samples in sorted(per_process.items()) if s == system and samples]
+        if mine:
+            found[system]["samples"] = [x for samples in mine for x in samples]
+            if replicas > 1:
+                found[system]["process_medians"] = [statistics.median(samples) for samples in mine]
+        else:
+            found[system] = {"event": "failed", "error": errors.get(system, "no process of it gave a sample")}
     return {"systems": found}
+
+
+def _merged(row: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+    """One system's ``compiled`` events from its processes: the first process's, its answer checks
+    joined (it matches eager only where every process's did) and auto's choices merged (``a/b`` for a
+    graph its processes placed differently)."""
+    if row is None:
+        return dict(new)
+    if "matches" in new:
+        row["matches"] = bool(row.get("matches", True)) and bool(new["matches"])
+        row["max_abs_diff"] = max(row.get("max_abs_diff") or 0.0, new.get("max_abs_diff") or 0.0)
+        row["mismatch"] = row.get("mismatch") or new.get("mismatch")
+    mine, theirs = row.get("auto_choices") or {}, new.get("auto_choices") or {}
+    if mine or theirs:
+        merged = {}
+        for graph in {**mine, **theirs}:
+            merged[graph] = "/".join(sorted({*str(mine.get(graph, "")).split("/"), str(theirs.get(graph, ""))} - {""}))
+        row["auto_choices"] = merged
+    return row
 
 
 def environment(args: argparse.Namespace) -> dict[str, Any]:
@@ -556,6 +603,7 @@ def run_bench(
             "warm": bool(warm_systems),
             "threads": args.threads,
             "latency_processes": args.latency_processes,
+            "processes_per_system": args.processes_per_system if args.latency_processes == "per-system" else 1,
         },
         "environment": environment(args),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
@@ -637,6 +685,12 @@ def main(argv: list[str] | None = None) -> int:
             raise BenchArgumentError("--rounds must be at least 1")
         if args.calls < 1:
             raise BenchArgumentError("--calls must be at least 1")
+        if args.processes_per_system < 1:
+            raise BenchArgumentError("--processes-per-system must be at least 1")
+        if args.processes_per_system > 1 and args.latency_processes != "per-system":
+            raise BenchArgumentError(
+                "--processes-per-system needs --latency-processes per-system (the shared process times every system)"
+            )
         if args.device == "cuda":
             import torch
 

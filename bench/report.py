@@ -204,12 +204,19 @@ def auto_table(reports: dict[str, dict[str, Any]]) -> list[str]:
     )
 
 
+def _processes(st: dict[str, Any]) -> str:
+    if st.get("latency_processes") != "per-system":
+        return ""
+    k = int(st.get("processes_per_system") or 1)
+    return ", one process per system" if k == 1 else f", {k} processes per system (samples pooled)"
+
+
 def format_report(report: dict[str, Any]) -> str:
     env, st = report["environment"], report["settings"]
     head = (
         f"torchmux bench: {env['device_name']} ({env['device']}, {env['cpu_count']} cores, {_threads(env)}), "
         f"torch {env['torch']}, batch {st['batch_size']}, {st['rounds']} rounds"
-        f"{', one process per system' if st.get('latency_processes') == 'per-system' else ''}, "
+        f"{_processes(st)}, "
         f"{report['wall_s'] / 60:.1f} min"
     )
     if not report.get("complete", True):

@@ -67,6 +67,8 @@ def assemble(
                 max_abs_diff=lat["max_abs_diff"],
                 mismatch=lat["mismatch"],
             )
+            if lat.get("process_medians"):  # --processes-per-system: each process's median, ms
+                row["process_medians_ms"] = [x * 1e3 for x in lat["process_medians"]]
             if lat.get("auto_choices") or c.get("auto_choices"):
                 row["auto_choices"] = lat.get("auto_choices") or c["auto_choices"]
         else:

@@ -218,6 +218,29 @@ def test_per_system_latency_processes_time_each_system_alone(crashing_backend: N
     assert "SIGKILL while warming up it" in crashed["error"], crashed["error"]
 
 
+def test_processes_per_system_pool_their_samples(crashing_backend: None, tmp_path: Path) -> None:
+    """``--processes-per-system 2``: two processes for each system, each compiled on its own; eager's
+    samples are pooled over both (a sample from each in every round), each process's median kept; the
+    crashing backend fails in both, and is reported failed."""
+    out = tmp_path / "out"
+    extra = ("--latency-processes", "per-system", "--processes-per-system", "2")
+    rc = _latency_only(out, "eager,bench_crashing", 3, *extra)
+    assert rc == 0
+    report = json.loads((out / "bench.json").read_text())
+    assert report["settings"]["processes_per_system"] == 2
+    eager = report["models"]["mlp"]["systems"]["eager"]
+    assert eager["ok"] and eager["latency_ms"]["n"] == 6 and len(eager["process_medians_ms"]) == 2, eager
+    assert (out / "logs" / "mlp.eager.latency.log").exists() and (out / "logs" / "mlp.eager.latency.2.log").exists()
+    crashed = report["models"]["mlp"]["systems"]["torchmux:bench_crashing"]
+    assert not crashed["ok"] and "SIGKILL while warming up it" in crashed["error"], crashed["error"]
+
+
+def test_processes_per_system_needs_per_system_latency(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = _latency_only(tmp_path / "out", "eager", 2, "--processes-per-system", "3")
+    assert rc == 2
+    assert "--processes-per-system needs --latency-processes per-system" in capsys.readouterr().err
+
+
 def test_assemble_reports_failures_and_geomean_skips_wrong_answers() -> None:
     """The parent's bookkeeping on hand-written child results (no processes): a failed compile, a
     wrong answer, speedups against eager and inductor, and a table that shows all of it."""
