@@ -36,6 +36,7 @@ import torch
 from .analysis import RT, Context, located
 
 _VARIABLE = torch.autograd.Variable
+_APPLY = getattr(torch.autograd.Function.apply, "__func__", None)  # the classmethod's function
 
 
 def legacy_variables(fdef: ast.FunctionDef, ctx: Context) -> None:
@@ -152,7 +153,7 @@ def has_no_backward(fn: Any) -> bool:
         isinstance(fn, types.MethodType)
         and isinstance(owner, type)
         and issubclass(owner, torch.autograd.Function)
-        and fn.__func__ is torch.autograd.Function.apply.__func__
+        and fn.__func__ is _APPLY
         and owner.setup_context is torch.autograd.Function.setup_context
         and owner.vjp is torch.autograd.Function.vjp
         and owner.jvp is torch.autograd.Function.jvp
