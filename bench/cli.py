@@ -456,6 +456,7 @@ def latency_run_per_system(
     a system fails when every one of its processes has."""
     found: dict[str, dict[str, Any]] = {}
     live: dict[tuple[str, int], _Served] = {}
+    ready: dict[str, list[dict[str, Any]]] = {}  # each ready process's compiled event, per system
     per_process: dict[tuple[str, int], list[float]] = {}
     errors: dict[str, str] = {}
     replicas = args.processes_per_system
@@ -468,7 +469,7 @@ def latency_run_per_system(
                 if answer == "ready":
                     live[(system, k)] = child
                     per_process[(system, k)] = []
-                    found[system] = _merged(found.get(system), row)
+                    ready.setdefault(system, []).append(row)
                     continue
                 child.stop()
                 if row.get("event") != "failed":
@@ -501,31 +502,29 @@ def latency_run_per_system(
             child.stop()
     for system in systems:
         mine = [samples for (s, _), samples in sorted(per_process.items()) if s == system and samples]
-        if mine:
-            found[system]["samples"] = [x for samples in mine for x in samples]
-            if replicas > 1:
-                found[system]["process_medians"] = [statistics.median(samples) for samples in mine]
-        else:
+        if not mine:
             found[system] = {"event": "failed", "error": errors.get(system, "no process of it gave a sample")}
+            continue
+        found[system] = {**_joined(ready[system]), "samples": [x for samples in mine for x in samples]}
+        if replicas > 1:
+            found[system]["process_medians"] = [statistics.median(samples) for samples in mine]
     return {"systems": found}
 
 
-def _merged(row: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
-    """One system's ``compiled`` events from its processes: the first process's, its answer checks
+def _joined(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One system's ``compiled`` events from its processes as one: the first process's, its answer checks
     joined (it matches eager only where every process's did) and auto's choices merged (``a/b`` for a
     graph its processes placed differently)."""
-    if row is None:
-        return dict(new)
-    if "matches" in new:
-        row["matches"] = bool(row.get("matches", True)) and bool(new["matches"])
-        row["max_abs_diff"] = max(row.get("max_abs_diff") or 0.0, new.get("max_abs_diff") or 0.0)
-        row["mismatch"] = row.get("mismatch") or new.get("mismatch")
-    mine, theirs = row.get("auto_choices") or {}, new.get("auto_choices") or {}
-    if mine or theirs:
-        merged = {}
-        for graph in {**mine, **theirs}:
-            merged[graph] = "/".join(sorted({*str(mine.get(graph, "")).split("/"), str(theirs.get(graph, ""))} - {""}))
-        row["auto_choices"] = merged
+    row = dict(rows[0])
+    checked = [r for r in rows if "matches" in r]
+    if checked:
+        row["matches"] = all(r["matches"] for r in checked)
+        row["max_abs_diff"] = max(r.get("max_abs_diff") or 0.0 for r in checked)
+        row["mismatch"] = next((r["mismatch"] for r in checked if r.get("mismatch")), None)
+    choices = [r["auto_choices"] for r in rows if r.get("auto_choices")]
+    if choices:
+        graphs = {g for c in choices for g in c}
+        row["auto_choices"] = {g: "/".join(sorted({c[g] for c in choices if g in c})) for g in graphs}
     return row
 
 

@@ -235,6 +235,40 @@ def test_processes_per_system_pool_their_samples(crashing_backend: None, tmp_pat
     assert not crashed["ok"] and "SIGKILL while warming up it" in crashed["error"], crashed["error"]
 
 
+def test_processes_of_one_system_join_checks_and_choices() -> None:
+    """A system's processes as one row: it matches eager only where every process did, the worst
+    difference is kept, and a graph its auto processes placed differently reads ``a/b``."""
+    from torchmux.bench.cli import _joined
+
+    rows = [
+        {
+            "event": "compiled",
+            "matches": True,
+            "max_abs_diff": 0.0,
+            "mismatch": None,
+            "auto_choices": {"g": "onnxruntime"},
+        },
+        {
+            "event": "compiled",
+            "matches": False,
+            "max_abs_diff": 2.0,
+            "mismatch": "output 0",
+            "auto_choices": {"g": "inductor"},
+        },
+        {
+            "event": "compiled",
+            "matches": True,
+            "max_abs_diff": 0.5,
+            "mismatch": None,
+            "auto_choices": {"g": "onnxruntime"},
+        },
+    ]
+    row = _joined(rows)
+    assert (row["matches"], row["max_abs_diff"], row["mismatch"]) == (False, 2.0, "output 0")
+    assert row["auto_choices"] == {"g": "inductor/onnxruntime"}
+    assert _joined(rows[:1]) == rows[0] and _joined(rows[:1]) is not rows[0]
+
+
 def test_processes_per_system_needs_per_system_latency(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc = _latency_only(tmp_path / "out", "eager", 2, "--processes-per-system", "3")
     assert rc == 2
