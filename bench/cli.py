@@ -52,6 +52,7 @@ from .run import (
     EXPORT,
     EXPORT_AUTO,
     INDUCTOR,
+    INDUCTOR_CUDAGRAPHS,
     INDUCTOR_FREEZING,
     ONNX_EXPORT,
     THREAD_ENV,
@@ -114,7 +115,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--systems",
         default="default",
-        help="comma-separated systems: eager, inductor (torch.compile), auto (torchmux:auto), "
+        help="comma-separated systems: eager, inductor (torch.compile), inductor-freezing, inductor-reduce-overhead (CUDA), "
+        "onnxruntime-export, aoti, auto (torchmux:auto), "
         "auto-split (auto that may also split a graph across backends, options split=4), "
         "torchmux:<backend> or a backend name; 'default' is every one that runs here. "
         "eager is always included: speedups are measured against it",
@@ -199,6 +201,7 @@ def resolve_systems(spec: str, device: str) -> tuple[list[str], dict[str, str]]:
     skipped: dict[str, str] = {}
     if spec.strip() in ("", "default", "all"):
         outside = [INDUCTOR_FREEZING] + ([ONNX_EXPORT] if device == "cpu" and runnable.get("onnxruntime") == "" else [])
+        outside += [INDUCTOR_CUDAGRAPHS] if device == "cuda" else []
         outside.append(AOTI)
         own = [f"torchmux:{n}" for n in registry.names if n in by_default]
         wanted = [EAGER, INDUCTOR] + outside + own + [EXPORT_AUTO, AUTO]
@@ -211,6 +214,9 @@ def resolve_systems(spec: str, device: str) -> tuple[list[str], dict[str, str]]:
         wanted = []
         for item in (s.strip() for s in spec.split(",") if s.strip()):
             name = {"auto": AUTO, "auto-split": AUTO_SPLIT, "torch.compile": INDUCTOR}.get(item, item)
+            if name == INDUCTOR_CUDAGRAPHS and device != "cuda":
+                skipped[name] = f"CUDA graphs need --device cuda (on {device} it is {INDUCTOR})"
+                continue
             if name in (AUTO_SPLIT, INDUCTOR_FREEZING, ONNX_EXPORT, AOTI):
                 wanted.append(name)
                 continue
@@ -230,7 +236,7 @@ def resolve_systems(spec: str, device: str) -> tuple[list[str], dict[str, str]]:
             chosen = name.split(":", 1)[1] if name.startswith("torchmux:") else None
             if chosen is not None and chosen != "auto" and chosen not in runnable:
                 raise BenchArgumentError(
-                    f"--systems: {item!r} is not a system; choose from eager, inductor, {INDUCTOR_FREEZING}, {ONNX_EXPORT}, auto, "
+                    f"--systems: {item!r} is not a system; choose from eager, inductor, {INDUCTOR_FREEZING}, {INDUCTOR_CUDAGRAPHS}, {ONNX_EXPORT}, {AOTI}, auto, "
                     + ", ".join(f"torchmux:{n}" for n in registry.names)
                     + " (or 'default')"
                 )

@@ -67,6 +67,9 @@ AUTOS = (AUTO, AUTO_SPLIT, "torchmux-export:auto")
 #: what a user would pick instead of torchmux: torch.compile with Inductor's freezing (its CPU inference
 #: setting), and ONNX Runtime used directly (torch.onnx.export + InferenceSession, outside torchmux)
 INDUCTOR_FREEZING, ONNX_EXPORT = "inductor-freezing", "onnxruntime-export"
+#: torch.compile's setting for small calls on a GPU (``mode="reduce-overhead"``: Inductor's code replayed
+#: as CUDA graphs), what its user picks where launches dominate; CUDA only (on a CPU it is ``inductor``)
+INDUCTOR_CUDAGRAPHS = "inductor-reduce-overhead"
 #: AOTInductor used as its docs say (``aoti_compile_and_package`` of ``torch.export.export``, then
 #: ``aoti_load_package`` and a call of the loaded model); torchmux's package (``torchmux.export`` with a
 #: backend or auto, saved and loaded again: what a deployment runs, no Dynamo in the call)
@@ -84,7 +87,8 @@ THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TVM_NUM_THREADS")
 
 def make_compiled(system: str, model: torch.nn.Module, threads: int | None = None) -> Callable[..., Any]:
     """The callable a system makes of ``model``: eager is the model, ``inductor`` is torch.compile's
-    default, ``inductor-freezing`` the same with ``freezing=True``, ``onnxruntime-export`` ONNX Runtime
+    default, ``inductor-freezing`` the same with ``freezing=True``, ``inductor-reduce-overhead`` with
+    ``mode="reduce-overhead"`` (CUDA graphs), ``onnxruntime-export`` ONNX Runtime
     used directly, ``torchmux:<name>`` is torchmux.compile with that backend (``auto`` included).
     Every system compiles lazily, at its first call, as torch.compile does."""
     if system == EAGER:
@@ -93,6 +97,8 @@ def make_compiled(system: str, model: torch.nn.Module, threads: int | None = Non
         return torch.compile(model, backend="inductor")
     if system == INDUCTOR_FREEZING:
         return torch.compile(model, backend="inductor", options={"freezing": True})
+    if system == INDUCTOR_CUDAGRAPHS:
+        return _ReduceOverhead(torch.compile(model, backend="inductor", mode="reduce-overhead"))
     if system == ONNX_EXPORT:
         return _OnnxExport(model, threads)
     if system == AOTI:
@@ -109,6 +115,19 @@ def make_compiled(system: str, model: torch.nn.Module, threads: int | None = Non
             return torchmux.compile(model, backend="auto", options={**options, "split": 4})
         return torchmux.compile(model, backend=system.split(":", 1)[1], options=options)
     raise ValueError(f"unknown system {system!r}")
+
+
+class _ReduceOverhead:
+    """``torch.compile(model, mode="reduce-overhead")`` called as its docs say for an inference loop: each
+    call begins a new step (``torch.compiler.cudagraph_mark_step_begin``), so the CUDA graph's output
+    buffers of the last call may be reused by this one."""
+
+    def __init__(self, compiled: Callable[..., Any]) -> None:
+        self.compiled = compiled
+
+    def __call__(self, *args: Any) -> Any:
+        torch.compiler.cudagraph_mark_step_begin()
+        return self.compiled(*args)
 
 
 class _OnnxExport:

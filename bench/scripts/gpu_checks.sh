@@ -21,7 +21,7 @@ DEVICE=${DEVICE:-cuda}
 # each system timed in a process of its own: one that crashes (AOTInductor as its docs show died of SIGSEGV on
 # the H200, torch 2.11) costs its own row, not a rerun of every other system in a new shared process
 LATENCY=${LATENCY:-per-system}
-SYSTEMS=${SYSTEMS:-eager,inductor,inductor-freezing,aoti,torchmux:auto,torchmux:cudagraphs,torchmux-export:auto,torchmux-export:inductor}
+SYSTEMS=${SYSTEMS:-eager,inductor,inductor-freezing,inductor-reduce-overhead,aoti,torchmux:auto,torchmux:cudagraphs,torchmux-export:auto,torchmux-export:inductor}
 step() { echo "== $1 $(date +%T)" | tee -a "$OUT/steps.txt"; }
 
 step env
@@ -41,7 +41,7 @@ case " $STEPS " in *" tests "*)
 step tests
 N=$(( $(nproc) > 15 ? 14 : $(nproc) ))
 TORCHMUX_FAIL_LOG="$OUT/fails.txt" timeout "$T_TESTS" $PY -m pytest -q -p no:randomly -p no:cacheprovider -p no:benchmark -m gpu -n "$N" --timeout 120 -rfE \
-    tests/api/test_gpu.py tests/backends tests/conformance >"$OUT/tests.txt" 2>&1
+    tests/api/test_gpu.py tests/backends tests/conformance tests/bench >"$OUT/tests.txt" 2>&1
 echo "rc=$?" >>"$OUT/tests.txt" ;;
 esac
 

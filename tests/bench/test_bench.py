@@ -419,6 +419,33 @@ def test_outside_systems_are_in_the_default_set_and_the_export_system_runs() -> 
         torch.testing.assert_close(make_compiled("onnxruntime-export", model, 1)(x), model(x))
 
 
+def test_reduce_overhead_is_a_cuda_contender_and_left_out_on_a_cpu_with_its_reason() -> None:
+    """torch.compile(mode="reduce-overhead") (CUDA graphs) is in the default set on CUDA; named on a CPU it
+    is left out with a reason rather than run as plain Inductor under another name."""
+    cuda, _ = bench.resolve_systems("default", "cuda")
+    cpu, _ = bench.resolve_systems("default", "cpu")
+    assert "inductor-reduce-overhead" in cuda and "inductor-reduce-overhead" not in cpu
+    systems, skipped = bench.resolve_systems("eager,inductor-reduce-overhead", "cpu")
+    assert systems == ["eager"]
+    assert "--device cuda" in skipped["inductor-reduce-overhead"]
+
+
+@pytest.mark.gpu
+def test_reduce_overhead_system_answers_as_eager_on_cuda() -> None:
+    import torch
+
+    from torchmux.bench.run import make_compiled
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU()).cuda().eval()
+    x = torch.randn(2, 8, device="cuda")
+    compiled = make_compiled("inductor-reduce-overhead", model)
+    with torch.no_grad():
+        for _ in range(3):  # recorded, then replayed
+            torch.testing.assert_close(compiled(x).clone(), model(x))
+
+
 def test_a_package_system_and_a_footnote_for_ops_left_on_eager() -> None:
     """torchmux-export:<backend> is a package saved and loaded back; a torchmux system whose backend left
     ops to eager gets a footnote naming them (the example plugin claims relu, not addmm)."""
