@@ -4,9 +4,11 @@
 # installed (nothing is fetched): logs go to $OUT (default ./gpu-out), one file per step, and the bench's
 # folder as bench.tar.gz. Each step has its own time limit so that one that hangs leaves the others.
 #
-#   OUT=/tmp/gpu [STEPS="bandwidth tests bench"] [SYSTEMS=...] [BATCH=1,8] [DEVICE=cuda] [LATENCY=per-system] bash bench/scripts/gpu_checks.sh [tests-seconds] [bench-seconds] [bench models]
+#   OUT=/tmp/gpu [STEPS="bandwidth tests bench aoti"] [SYSTEMS=...] [BATCH=1,8] [DEVICE=cuda] [LATENCY=per-system] bash bench/scripts/gpu_checks.sh [tests-seconds] [bench-seconds] [bench models]
 #
 # Each failing test is written to $OUT/fails.txt as it fails (tests/conftest.py, TORCHMUX_FAIL_LOG).
+# At most eight files come back from a device call: steps, env, bandwidth, tests, fails, bench.txt,
+# bench.tar.gz (every bench.json and log) and aoti.txt (the probe's verdicts and a failing child's tail).
 set -u
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
@@ -15,7 +17,10 @@ T_TESTS=${1:-150}
 T_BENCH=${2:-150}
 MODELS=${3:-mlp,resnet,bert}
 PY=${PY:-python3}
-STEPS=${STEPS:-bandwidth tests bench}
+STEPS=${STEPS:-bandwidth tests bench aoti}
+# aoti: AOTInductor as its docs show, each variant in a child with faulthandler (bench/scripts/aoti_probe.py):
+# where the bench's `aoti` system dies of SIGSEGV on CUDA; AOTI_SECONDS is each variant's limit
+AOTI_SECONDS=${AOTI_SECONDS:-100}
 BATCH=${BATCH:-1,8}
 DEVICE=${DEVICE:-cuda}
 # each system timed in a process of its own: one that crashes (AOTInductor as its docs show died of SIGSEGV on
@@ -51,7 +56,11 @@ timeout "$T_BENCH" $PY -m torchmux bench --device "$DEVICE" --models "$MODELS" -
     --latency-processes "$LATENCY" --timeout 100 --systems "$SYSTEMS" \
     --out "$OUT/bench" >"$OUT/bench.txt" 2>&1
 echo "rc=$?" >>"$OUT/bench.txt"
-for f in "$OUT"/bench/bench.json "$OUT"/bench/*/bench.json; do [ -f "$f" ] && cp "$f" "$OUT/$(basename "$(dirname "$f")")-bench.json"; done
 tar czf "$OUT/bench.tar.gz" -C "$OUT" bench 2>/dev/null && rm -rf "$OUT/bench" ;;
+esac
+case " $STEPS " in *" aoti "*)
+step aoti_probe
+$PY -m torchmux.bench.scripts.aoti_probe --device "$DEVICE" --out "${TMPDIR:-/tmp}/aoti-probe" --seconds "$AOTI_SECONDS" >"$OUT/aoti.txt" 2>&1
+echo "rc=$?" >>"$OUT/aoti.txt" ;;
 esac
 step done

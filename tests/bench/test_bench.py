@@ -494,3 +494,35 @@ def test_varying_shapes_workload_reports_total_time_and_compiles(tmp_path: Path)
     assert rows["torchmux:eager"]["compiles"] == {"eager": 2} and rows["torchmux:eager"]["graphs_captured"] == 2
     assert not rows["torchmux:eager"]["fallback_warnings"]
     assert "torchmux:eager" in text.getvalue() and "compiles per backend" in text.getvalue()
+
+
+def test_aoti_probe_names_the_step_a_failing_child_reached_and_prints_its_tail(tmp_path: Path) -> None:
+    """bench/scripts/aoti_probe.py runs each variant in a child; one that fails is reported with its exit
+    status, the last step it reached and the tail of what it wrote (here: a model the zoo lacks)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "torchmux.bench.scripts.aoti_probe", "--device", "cpu", "--model", "no_such_model"]
+        + ["--variants", "docs", "--out", str(tmp_path), "--seconds", "120"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "docs: exit status 1" in done.stdout and "last step: none" in done.stdout
+    assert "unknown model 'no_such_model'" in done.stdout  # the child's traceback, printed under its line
+    assert "unknown model" in (tmp_path / "aoti-docs.txt").read_text()
+
+
+@pytest.mark.slow
+def test_aoti_probe_runs_the_docs_steps_to_the_end_on_a_cpu(tmp_path: Path) -> None:
+    """The probe's variants pass on a CPU (AOTInductor with g++): a real export, compile, load and two
+    calls each, within float rounding of eager; so a GPU session spends its minutes on the GPU's answer."""
+    from torchmux.bench.scripts import aoti_probe
+
+    assert aoti_probe.main(["--device", "cpu", "--variants", "constants_outside", "--out", str(tmp_path)]) == 0
+    log = (tmp_path / "aoti-constants_outside.txt").read_text()
+    assert "step: load_constants" in log and "step: ok" in log
+    diffs = [float(line.rsplit(" ", 1)[1]) for line in log.splitlines() if "max |diff|" in line]
+    assert len(diffs) == 2 and max(diffs) < 1e-4

@@ -1,0 +1,118 @@
+"""Where AOTInductor, used as its docs show, dies: the bench's ``aoti`` system died of SIGSEGV while compiling
+the MLP, ResNet and tiny BERT on an H200 (torch 2.11, two GPU sessions), while ``torchmux-export:inductor``
+(the same ``aoti_compile_and_package``, weights outside the library) ran.
+
+    python -m torchmux.bench.scripts.aoti_probe [--model mlp] [--device cuda] [--out DIR] [--seconds 150]
+        [--variants docs,no_grad,constants_outside]
+
+Each variant runs in a child process of its own with ``faulthandler`` on (a crash prints the Python stack of
+every thread: the line of torch that called into the native code that died), its output written to
+``DIR/aoti-<variant>.txt`` line by line as it comes (a child killed at ``--seconds`` still leaves what it
+said), and a summary line per variant on stdout (exit status or signal, seconds, the step it reached; under a failing one
+the last lines its child wrote).
+
+- ``docs``: ``torch.export.export(model, args)`` and ``aoti_compile_and_package(program, package_path=...)``
+  as the docs show, then ``aoti_load_package`` and two calls;
+- ``no_grad``: the same with the export and compile under ``torch.no_grad()`` (what the bench does);
+- ``constants_outside``: ``aot_inductor.package_constants_in_so=False`` and the weights handed over with
+  ``load_constants`` (what torchmux's ``inductor`` backend does).
+
+On a CPU it runs the same steps (they pass here: a regression check of the script, not of the crash).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+VARIANTS = ("docs", "no_grad", "constants_outside")
+#: lines of a failing child's log printed under its summary line (a crash's stacks)
+TAIL_LINES = 60
+
+
+def _child(variant: str, model_name: str, device: str) -> None:
+    import contextlib
+
+    import torch
+    from torch._inductor import aoti_compile_and_package, aoti_load_package
+
+    from torchmux.bench.zoo import build
+
+    def step(text: str) -> None:
+        print(f"step: {text}", flush=True)
+
+    model, args = build(model_name, 8)
+    model, args = model.to(device), tuple(a.to(device) for a in args)
+    path = os.path.join(tempfile.mkdtemp(prefix="torchmux-aoti-probe-"), "model.pt2")
+    configs = {"aot_inductor.package_constants_in_so": False} if variant == "constants_outside" else {}
+    quiet = torch.no_grad() if variant != "docs" else contextlib.nullcontext()
+    with quiet:
+        step("torch.export.export")
+        program = torch.export.export(model, args)
+        step("aoti_compile_and_package")
+        aoti_compile_and_package(program, package_path=path, inductor_configs=configs)
+    step(f"aoti_load_package ({os.path.getsize(path)} bytes)")
+    loaded = aoti_load_package(path)
+    if variant == "constants_outside":
+        step("load_constants")
+        loaded.load_constants(dict(program.state_dict), check_full_update=False)
+    for k in range(2):
+        step(f"call {k + 1}")
+        with torch.no_grad():
+            out = loaded(*args)
+            ref = model(*args)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        got = out[0] if isinstance(out, (list, tuple)) else out
+        step(f"call {k + 1} done, max |diff| against eager {float((got - ref).abs().max()):.3g}")
+    step("ok")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="mlp")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--out", type=Path, default=Path("aoti-probe"))
+    p.add_argument("--seconds", type=float, default=150.0, help="each variant's limit")
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.child:
+        _child(a.child, a.model, a.device)
+        return 0
+    a.out.mkdir(parents=True, exist_ok=True)
+    worst = 0
+    for variant in [v.strip() for v in a.variants.split(",") if v.strip()]:
+        if variant not in VARIANTS:
+            p.error(f"--variants: {variant!r} is not one of {', '.join(VARIANTS)}")
+        log = a.out / f"aoti-{variant}.txt"
+        cmd = [sys.executable, "-X", "faulthandler", "-u", "-m", "torchmux.bench.scripts.aoti_probe"]
+        cmd += ["--child", variant, "--model", a.model, "--device", a.device]
+        t0 = time.perf_counter()
+        with open(log, "w") as f:
+            child = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
+            try:
+                rc = child.wait(timeout=a.seconds)
+                how = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit status {rc}"
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+                rc, how = 124, f"still running after {a.seconds:.0f} s (killed)"
+        steps = [
+            line.removeprefix("step: ").strip() for line in log.read_text().splitlines() if line.startswith("step: ")
+        ]
+        print(f"{variant}: {how} after {time.perf_counter() - t0:.1f} s; last step: {steps[-1] if steps else 'none'}")
+        if rc:  # what the child said last: faulthandler's stacks, the exception
+            print("".join(f"    {line}\n" for line in log.read_text().splitlines()[-TAIL_LINES:]))
+        worst = worst or rc
+    return 0 if worst == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
