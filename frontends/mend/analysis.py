@@ -174,6 +174,7 @@ class Context:
     module_names: set[str] = field(default_factory=set)  # local names a rule vouches are modules it checks
     attr_dicts: frozenset[str] = frozenset()  # self.<name> that hold attribute dicts (:mod:`.attrs`)
     data_sized: set[str] = field(default_factory=set)  # names of selections whose size is data
+    injected: dict[str, Any] = field(default_factory=dict)  # objects the rewritten code reads by these names
 
     def fresh(self, stem: str) -> str:
         self.counter += 1

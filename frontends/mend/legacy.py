@@ -43,6 +43,7 @@ def legacy_variables(fdef: ast.FunctionDef, ctx: Context) -> None:
     """Rewrite the ``Variable(...)`` and ``t.new().resize_(...)`` calls of ``fdef`` in place."""
     new_then_resized(fdef, ctx)
     no_backward_applies(fdef, ctx)
+    saved_variables_applies(fdef, ctx)
     grad_set = _requires_grad_set(fdef)
     for call in [n for n in ast.walk(fdef) if isinstance(n, ast.Call)]:
         if ctx.resolve(call.func) is not _VARIABLE or len(call.args) != 1 or isinstance(call.args[0], ast.Starred):
@@ -189,6 +190,92 @@ def has_no_backward(fn: Any) -> bool:
         if not all(isinstance(v, ast.Name) and v.id in marked for v in values):
             return False
     return True
+
+
+def saved_variables_applies(fdef: ast.FunctionDef, ctx: Context) -> None:
+    """``Fn.apply(...)`` and ``Fn().apply(...)`` calls of ``fdef`` whose ``Fn`` has a :func:`modern_function`,
+    in place: ``Fn`` becomes ``(<the modern class> if _mend_rt.tracing(note) else Fn)``."""
+    for call in [n for n in ast.walk(fdef) if isinstance(n, ast.Call)]:
+        func = call.func
+        if not isinstance(func, ast.Attribute) or func.attr != "apply":
+            continue
+        holder: ast.expr = func
+        field_ = "value"  # Fn.apply, or Fn().apply: the classmethod through an instance
+        if isinstance(func.value, ast.Call) and not func.value.args and not func.value.keywords:
+            holder, field_ = func.value, "func"
+        named = getattr(holder, field_)
+        owner = ctx.resolve(named)
+        made = modern_function(owner) if isinstance(owner, type) else None
+        if made is None:
+            continue
+        note = ctx.note(call, f"{owner.__name__}.backward: ctx.saved_variables -> ctx.saved_tensors")
+        name = ctx.fresh("modern_")
+        ctx.injected[name] = made
+        test = ast.Call(ast.Attribute(ast.Name(RT, ast.Load()), "tracing", ast.Load()), [ast.Constant(note)], [])
+        swap = ast.IfExp(test, ast.Name(name, ast.Load()), named)
+        setattr(holder, field_, located(ast.copy_location(swap, named), call))
+
+
+_MODERN: dict[type, type | None] = {}
+
+
+def modern_function(owner: type) -> type | None:
+    """The subclass of the ``autograd.Function`` ``owner`` whose ``backward`` reads ``saved_tensors`` where
+    ``owner``'s reads ``<ctx>.saved_variables`` (``<ctx>`` its first parameter), or None: ``owner`` is no
+    Function, its ``backward`` reads no ``saved_variables``, has no source, or needs a closure (a class
+    made inside a function, a zero-argument ``super()``). Made once per class."""
+    if owner in _MODERN:
+        return _MODERN[owner]
+    made: type | None = None
+    backward = owner.__dict__.get("backward")
+    fn = backward.__func__ if isinstance(backward, staticmethod) else None
+    if (
+        issubclass(owner, torch.autograd.Function)
+        and isinstance(fn, types.FunctionType)
+        and not fn.__code__.co_freevars
+        and "saved_variables" in fn.__code__.co_names
+    ):
+        made = _recompiled(owner, fn)
+    _MODERN[owner] = made
+    return made
+
+
+def _recompiled(owner: type, fn: types.FunctionType) -> type | None:
+    """``owner``'s subclass of the same name with ``fn`` (its ``backward``) compiled again from its source, each
+    ``<ctx>.saved_variables`` read as ``<ctx>.saved_tensors``, in its own file, lines and globals."""
+    try:
+        lines, first = inspect.getsourcelines(fn)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    fdef = tree.body[0] if len(tree.body) == 1 else None
+    if not isinstance(fdef, ast.FunctionDef) or fdef.name != fn.__name__ or not fdef.args.args:
+        return None
+    ctx_name = fdef.args.args[0].arg
+    read = [
+        n
+        for n in ast.walk(fdef)
+        if isinstance(n, ast.Attribute)
+        and n.attr == "saved_variables"
+        and isinstance(n.value, ast.Name)
+        and n.value.id == ctx_name
+        and isinstance(n.ctx, ast.Load)
+    ]
+    if not read:
+        return None
+    for n in read:
+        n.attr = "saved_tensors"
+    fdef.decorator_list = []
+    ast.increment_lineno(tree, first - 1)
+    space: dict[str, Any] = {}
+    exec(compile(tree, fn.__code__.co_filename, "exec"), fn.__globals__, space)  # noqa: S102 -- the user's own code
+    backward = space[fn.__name__]
+    backward.__qualname__, backward.__defaults__ = fn.__qualname__, fn.__defaults__
+    return type(owner)(
+        owner.__name__,
+        (owner,),
+        {"backward": staticmethod(backward), "__module__": owner.__module__, "__qualname__": owner.__qualname__},
+    )
 
 
 def _parsed(method: Any) -> ast.FunctionDef | None:

@@ -330,7 +330,7 @@ def _mend(fn: types.FunctionType, method: bool, depth: int, attr_dicts: frozense
         ctx.locals = {a.arg for a in args} | names_stored(fdef.body)
         pure_calls = pure_forward(fdef, ctx)
     rewrite(fdef, ctx)
-    injected: dict[str, Any] = {RT: rt}
+    injected: dict[str, Any] = {RT: rt, **ctx.injected}
     if depth < _MAX_DEPTH:
         _follow_globals(fdef, ctx, injected, depth)
     methods = {

@@ -645,6 +645,15 @@ def no_backward_apply(note: int, apply: Any, *args: Any) -> Any:
     return apply(*args)
 
 
+def tracing(note: int) -> bool:
+    """Whether Dynamo traces this call (then rewrite ``note`` took effect): the test of a rewrite that swaps
+    an object for one Dynamo can trace (``legacy.saved_variables_applies``)."""
+    if torch.compiler.is_compiling():
+        fired(note)
+        return True
+    return False
+
+
 def new_resized(note: int, t: Any, how: str, *size: Any) -> Any:
     """``t.new().resize_(*size)`` or ``t.new().resize_as_(other)``: ``t.new_empty`` of that size while
     Dynamo traces a tensor (the same uninitialized, contiguous tensor; Dynamo refuses ``resize_``), the

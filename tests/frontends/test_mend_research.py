@@ -446,3 +446,79 @@ def test_function_with_a_differentiable_output_keeps_its_raising_backward() -> N
     assert out.requires_grad and torch.equal(out.detach(), torch.full((3,), 2.0))
     with pytest.raises(RuntimeError, match="Rounded has no gradient"):
         out.sum().backward()
+
+
+# --- legacy.py: a backward that reads ctx.saved_variables ---------------------------------------------
+
+
+class OldLinear(torch.autograd.Function):
+    """A 2017 custom layer: its backward reads the pre-0.4 name ``saved_variables`` (it warns in eager)."""
+
+    @staticmethod
+    def forward(ctx, x, weight):
+        ctx.save_for_backward(x, weight)
+        return x @ weight.t()
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, weight = ctx.saved_variables
+        return grad_output @ weight, grad_output.t() @ x
+
+
+def old_linear(x, weight):
+    return OldLinear().apply(x, weight)  # the instance form of the same era
+
+
+class OldNet(nn.Module):
+    def __init__(self, instance: bool) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(5, 4))  # needs gradients: Dynamo traces the backward
+        self.instance = instance
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = old_linear(x, self.weight) if self.instance else OldLinear.apply(x, self.weight)
+        return torch.tanh(y) * 2
+
+
+@pytest.mark.parametrize("instance", [False, True], ids=["Fn.apply", "Fn().apply"])
+def test_backward_reading_saved_variables_is_one_graph_with_eagers_gradients(instance: bool) -> None:
+    model, x = OldNet(instance), torch.randn(3, 4)
+    rep = explain(model, x)  # as written: Dynamo meets saved_variables in the backward and skips the frame
+    assert (rep.graph_count, rep.graph_break_count, rep.not_captured) == (1, 0, []), rep.not_captured
+    assert any("OldLinear.backward: ctx.saved_variables -> ctx.saved_tensors" in r for r in rep.rewrites), rep.rewrites
+    fast = compiled(model)
+    want_model = OldNet(instance)
+    want_model.load_state_dict(model.state_dict())
+    for _ in range(2):
+        x = torch.randn(3, 4, requires_grad=True)
+        x2 = x.detach().clone().requires_grad_(True)
+        out = fast(x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # eager's saved_variables
+            want = want_model(x2)
+            want.sum().backward()
+        out.sum().backward()
+        assert torch.allclose(out, want) and out.grad_fn is not None
+        assert torch.allclose(x.grad, x2.grad) and torch.allclose(model.weight.grad, want_model.weight.grad)
+        model.zero_grad()
+        want_model.zero_grad()
+    assert type(OldLinear.apply(torch.ones(1, 4), model.weight).grad_fn).__name__ == "OldLinearBackward"
+
+
+def test_a_backward_that_reads_saved_tensors_is_left_as_written() -> None:
+    class NewLinear(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, weight):
+            ctx.save_for_backward(x, weight)
+            return x @ weight.t()
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            x, weight = ctx.saved_tensors
+            return grad_output @ weight, grad_output.t() @ x
+
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return NewLinear.apply(x, w) + 1
+
+    rep = explain(f, torch.randn(3, 4), torch.randn(5, 4, requires_grad=True))
+    assert not any("saved_variables" in r for r in rep.rewrites), rep.rewrites
