@@ -21,6 +21,15 @@ indices): while gradients are on and an input needs them, Dynamo traces the back
 runs ``forward`` with gradients off whatever the caller's mode, so ``Fn.apply(...)`` (or a global alias
 of it) becomes ``_mend_rt.no_backward_apply(note, Fn.apply, ...)``: under ``torch.no_grad()`` while
 Dynamo traces (it then traces the forward alone), as written otherwise.
+
+A Function whose ``backward`` reads ``ctx.saved_variables`` (the name of ``saved_tensors`` before 0.4,
+still an alias in eager, with a warning): Dynamo knows only ``saved_tensors``, so tracing that backward
+(gradients on and an input that needs them: a parameter) raises inside Dynamo and the whole frame runs
+eagerly. A call of ``Fn.apply`` (a global alias of it, or ``Fn().apply``) becomes ``(_mend_modern_N.apply
+if _mend_rt.tracing(note) else Fn.apply)(...)``: while Dynamo traces, the ``apply`` of a subclass of ``Fn``
+of the same name whose ``backward`` is the user's compiled again from its source with ``saved_variables``
+read as ``saved_tensors`` (the same tensors; the same file, lines and globals; made when the call is
+rewritten and handed to the mended code as a free variable); ``Fn.apply`` otherwise.
 """
 
 from __future__ import annotations
@@ -193,18 +202,27 @@ def has_no_backward(fn: Any) -> bool:
 
 
 def saved_variables_applies(fdef: ast.FunctionDef, ctx: Context) -> None:
-    """``Fn.apply(...)`` and ``Fn().apply(...)`` calls of ``fdef`` whose ``Fn`` has a :func:`modern_function`,
-    in place: ``Fn`` becomes ``(<the modern class> if _mend_rt.tracing(note) else Fn)``."""
+    """Calls of ``fdef`` of ``Fn.apply`` (or a global alias of it) and of ``Fn().apply`` whose ``Fn`` has a
+    :func:`modern_function`, in place: ``Fn.apply`` becomes ``(<the modern class>.apply if
+    _mend_rt.tracing(note) else Fn.apply)``, ``Fn()`` likewise ``(<the modern class> if ... else Fn)()``."""
     for call in [n for n in ast.walk(fdef) if isinstance(n, ast.Call)]:
         func = call.func
-        if not isinstance(func, ast.Attribute) or func.attr != "apply":
+        holder: ast.expr = call
+        field_, attr = "func", "apply"  # the callee swapped for the modern class's apply
+        bound = ctx.resolve(func)
+        if isinstance(bound, types.MethodType) and getattr(bound, "__func__", None) is _APPLY:
+            owner = bound.__self__
+        elif (
+            isinstance(func, ast.Attribute)
+            and func.attr == "apply"
+            and isinstance(func.value, ast.Call)
+            and not func.value.args
+            and not func.value.keywords
+        ):  # Fn().apply: the classmethod through an instance; the class is swapped
+            holder, field_, attr = func.value, "func", ""
+            owner = ctx.resolve(func.value.func)
+        else:
             continue
-        holder: ast.expr = func
-        field_ = "value"  # Fn.apply, or Fn().apply: the classmethod through an instance
-        if isinstance(func.value, ast.Call) and not func.value.args and not func.value.keywords:
-            holder, field_ = func.value, "func"
-        named = getattr(holder, field_)
-        owner = ctx.resolve(named)
         made = modern_function(owner) if isinstance(owner, type) else None
         if made is None:
             continue
@@ -212,8 +230,11 @@ def saved_variables_applies(fdef: ast.FunctionDef, ctx: Context) -> None:
         name = ctx.fresh("modern_")
         ctx.injected[name] = made
         test = ast.Call(ast.Attribute(ast.Name(RT, ast.Load()), "tracing", ast.Load()), [ast.Constant(note)], [])
-        swap = ast.IfExp(test, ast.Name(name, ast.Load()), named)
-        setattr(holder, field_, located(ast.copy_location(swap, named), call))
+        modern: ast.expr = ast.Name(name, ast.Load())
+        if attr:
+            modern = ast.Attribute(modern, attr, ast.Load())
+        swapped = getattr(holder, field_)
+        setattr(holder, field_, located(ast.copy_location(ast.IfExp(test, modern, swapped), swapped), call))
 
 
 _MODERN: dict[type, type | None] = {}
