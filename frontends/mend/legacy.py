@@ -209,6 +209,7 @@ def saved_variables_applies(fdef: ast.FunctionDef, ctx: Context) -> None:
         func = call.func
         holder: ast.expr = call
         field_, attr = "func", "apply"  # the callee swapped for the modern class's apply
+        owner: Any = None
         bound = ctx.resolve(func)
         if isinstance(bound, types.MethodType) and getattr(bound, "__func__", None) is _APPLY:
             owner = bound.__self__
@@ -223,7 +224,9 @@ def saved_variables_applies(fdef: ast.FunctionDef, ctx: Context) -> None:
             owner = ctx.resolve(func.value.func)
         else:
             continue
-        made = modern_function(owner) if isinstance(owner, type) else None
+        if not isinstance(owner, type):
+            continue
+        made = modern_function(owner)
         if made is None:
             continue
         note = ctx.note(call, f"{owner.__name__}.backward: ctx.saved_variables -> ctx.saved_tensors")
