@@ -506,8 +506,10 @@ def test_backward_reading_saved_variables_is_one_graph_with_eagers_gradients(for
             want = want_model(x2)
             want.sum().backward()
         out.sum().backward()
-        assert torch.allclose(out, want) and out.grad_fn is not None
-        assert torch.allclose(x.grad, x2.grad) and torch.allclose(model.weight.grad, want_model.weight.grad)
+        assert out.grad_fn is not None  # compared within float32 rounding: the traced backward may sum in another order
+        torch.testing.assert_close(out, want)
+        torch.testing.assert_close(x.grad, x2.grad)
+        torch.testing.assert_close(model.weight.grad, want_model.weight.grad)
         model.zero_grad()
         want_model.zero_grad()
     assert type(OldLinear.apply(torch.ones(1, 4), model.weight).grad_fn).__name__ == "OldLinearBackward"
