@@ -158,12 +158,9 @@ def has_no_backward(fn: Any) -> bool:
     """Whether ``fn`` is ``Fn.apply`` of an ``autograd.Function`` whose ``backward`` is one ``raise`` and whose
     ``forward(ctx, ...)`` returns only names (or tuples of names) it passed to ``ctx.mark_non_differentiable``
     (no ``setup_context``, ``vjp`` or ``jvp`` of its own)."""
-    owner = getattr(fn, "__self__", None)
+    owner = _applied(fn)
     if not (
-        isinstance(fn, types.MethodType)
-        and isinstance(owner, type)
-        and issubclass(owner, torch.autograd.Function)
-        and fn.__func__ is _APPLY
+        owner is not None
         and owner.setup_context is torch.autograd.Function.setup_context
         and owner.vjp is torch.autograd.Function.vjp
         and owner.jvp is torch.autograd.Function.jvp
@@ -209,21 +206,12 @@ def saved_variables_applies(fdef: ast.FunctionDef, ctx: Context) -> None:
         func = call.func
         holder: ast.expr = call
         field_, attr = "func", "apply"  # the callee swapped for the modern class's apply
-        owner: Any = None
-        bound = ctx.resolve(func)
-        if isinstance(bound, types.MethodType) and getattr(bound, "__func__", None) is _APPLY:
-            owner = bound.__self__
-        elif (
-            isinstance(func, ast.Attribute)
-            and func.attr == "apply"
-            and isinstance(func.value, ast.Call)
-            and not func.value.args
-            and not func.value.keywords
-        ):  # Fn().apply: the classmethod through an instance; the class is swapped
-            holder, field_, attr = func.value, "func", ""
-            owner = ctx.resolve(func.value.func)
-        else:
-            continue
+        owner: Any = _applied(ctx.resolve(func))
+        if owner is None and isinstance(func, ast.Attribute) and func.attr == "apply":
+            made_by = func.value  # Fn().apply: the classmethod through an instance; the class is swapped
+            if isinstance(made_by, ast.Call) and not made_by.args and not made_by.keywords:
+                holder, field_, attr = made_by, "func", ""
+                owner = ctx.resolve(made_by.func)
         if not isinstance(owner, type):
             continue
         made = modern_function(owner)
@@ -267,13 +255,8 @@ def modern_function(owner: type) -> type | None:
 def _recompiled(owner: type, fn: types.FunctionType) -> type | None:
     """``owner``'s subclass of the same name with ``fn`` (its ``backward``) compiled again from its source, each
     ``<ctx>.saved_variables`` read as ``<ctx>.saved_tensors``, in its own file, lines and globals."""
-    try:
-        lines, first = inspect.getsourcelines(fn)
-        tree = ast.parse(textwrap.dedent("".join(lines)))
-    except (OSError, TypeError, SyntaxError):
-        return None
-    fdef = tree.body[0] if len(tree.body) == 1 else None
-    if not isinstance(fdef, ast.FunctionDef) or fdef.name != fn.__name__ or not fdef.args.args:
+    fdef = _parsed(fn)
+    if fdef is None or fdef.name != fn.__name__ or not fdef.args.args:
         return None
     ctx_name = fdef.args.args[0].arg
     read = [
@@ -290,7 +273,8 @@ def _recompiled(owner: type, fn: types.FunctionType) -> type | None:
     for n in read:
         n.attr = "saved_tensors"
     fdef.decorator_list = []
-    ast.increment_lineno(tree, first - 1)
+    tree = ast.Module([fdef], [])
+    ast.increment_lineno(tree, fn.__code__.co_firstlineno - 1)  # the source read starts at its first decorator
     space: dict[str, Any] = {}
     exec(compile(tree, fn.__code__.co_filename, "exec"), fn.__globals__, space)  # noqa: S102 -- the user's own code
     backward = space[fn.__name__]
@@ -300,6 +284,19 @@ def _recompiled(owner: type, fn: types.FunctionType) -> type | None:
         (owner,),
         {"backward": staticmethod(backward), "__module__": owner.__module__, "__qualname__": owner.__qualname__},
     )
+
+
+def _applied(fn: Any) -> type[torch.autograd.Function] | None:
+    """The ``autograd.Function`` subclass ``Fn`` where ``fn`` is ``Fn.apply``, else None."""
+    owner = getattr(fn, "__self__", None)
+    if (
+        isinstance(fn, types.MethodType)
+        and isinstance(owner, type)
+        and issubclass(owner, torch.autograd.Function)
+        and fn.__func__ is _APPLY
+    ):
+        return owner
+    return None
 
 
 def _parsed(method: Any) -> ast.FunctionDef | None:
