@@ -47,6 +47,7 @@ class Guard:
         # from there; only its own first call is checked anew (a new build's first answer)
         self.s = verify.schedule_for(ir, signature, self.chosen.backend, policy)
         self._first = True
+        self._beside = verify.can_check_beside(ir)  # whether its scheduled checks may run beside the call
 
     @property
     def backend(self) -> str:
@@ -77,6 +78,9 @@ class Guard:
 
     def __call__(self, *args: Any) -> Sequence[Any]:
         s = self.s
+        if s.verdict is not None:  # a check beside an earlier call found a wrong answer
+            self._settle()
+            s = self.s
         s.calls = calls = s.calls + 1
         if self._sparse:  # the default policy's common call, inlined: one frame for the scan, none for the schedule
             kind = verify.input_kind(args, self.keyed)
@@ -97,6 +101,11 @@ class Guard:
                 if self._trusted:
                     raise
                 return self._demote(f"raised {short_error(e)} on call {calls}", args)
+        if due == "scheduled" and self._beside and verify.beside_now():
+            if s.pending:  # the last check beside a call is still running: this one waits for its verdict
+                s.next = calls + 1
+                return self._run(args)
+            return self._check_beside(args)
         s.checks += 1
         first, self._first = self._first, False
         try:
@@ -114,6 +123,52 @@ class Guard:
         self._demote(f"{wrong} (on call {calls}, checked by the verify policy {self.policy!r})", None)
         return reference
 
+    def _run(self, args: Sequence[Any]) -> Sequence[Any]:
+        try:
+            return self.fn(*args)
+        except Exception as e:
+            if self._trusted:
+                raise
+            return self._demote(f"raised {short_error(e)} on call {self.calls}", args)
+
+    def _check_beside(self, args: Sequence[Any]) -> Sequence[Any]:
+        """A scheduled check off the critical path (verify.py): the backend's answer is returned at once;
+        the reference and the comparison run on the checks' worker, whose verdict the next call reads."""
+        s, calls = self.s, self.calls
+        s.checks += 1
+        self._first = False
+        s.pending = True
+
+        def verdict(reason: str | None, seconds: float) -> None:  # on the worker thread
+            s.last_cost = max(seconds - s.call_seconds, 0.0)  # beyond the call it answered
+            s.spent += s.last_cost
+            if reason is not None:
+                s.verdict = (reason, calls)
+            s.pending = False
+
+        try:
+            out, fault = verify.check_beside(self.ir, self.fn, args, verdict)
+        except Exception as e:  # noqa: BLE001 -- a backend's fault of any kind is a measurement, never the user's crash
+            s.pending = False
+            return self._demote(f"raised {short_error(e)} on call {calls}", args)
+        s.probe = calls + verify.PROBE_AFTER
+        if fault is None:
+            return out
+        s.pending = False
+        reference = self.ir.run_reference(*verify.clone_inputs(args, self.ir.input_kinds))
+        self._demote(f"{fault} (on call {calls}, checked by the verify policy {self.policy!r})", None)
+        return reference
+
+    def _settle(self) -> None:
+        """Demote the backend that a check beside an earlier call found wrong."""
+        (reason, call), self.s.verdict = self.s.verdict, None  # type: ignore[misc]
+        later = self.calls - call
+        self._demote(
+            f"{reason} (on call {call}, checked beside the call by the verify policy {self.policy!r}: that "
+            f"call{f' and the {later} after it' if later else ''} returned its answer)",
+            None,
+        )
+
     def _due(self, args: Sequence[Any]) -> bool:
         """Whether this call is checked (verify.py's policy)."""
         if self.policy == "always":
@@ -121,7 +176,7 @@ class Guard:
         if self.policy == "first":
             first, self._first = self._first, False
             return first and not self._checked_first
-        return self._due_kind(verify.input_kind(args, self.keyed))
+        return bool(self._due_kind(verify.input_kind(args, self.keyed)))
 
     def _timed(self, args: Sequence[Any]) -> Sequence[Any]:
         t0 = perf_counter()
@@ -134,10 +189,11 @@ class Guard:
         self.s.call_seconds = perf_counter() - t0
         return out
 
-    def _due_kind(self, kind: tuple) -> bool:
+    def _due_kind(self, kind: tuple) -> bool | str:
         """The sparse policy: whether a call whose inputs are of ``kind`` is checked (verify.py: the
         schedule, a build's first call, new kinds of input, and the check budget, which only ever
-        postpones a scheduled check)."""
+        postpones a scheduled check): False, True (a check that answers the call), or "scheduled" (the
+        schedule's own, past the build's first call: one that may run beside the call)."""
         s = self.s
         new_kind = kind not in s.kinds
         s.kinds.add(kind)
@@ -162,7 +218,7 @@ class Guard:
             s.next = allowed
             return False
         s.next = verify.next_scheduled(calls)
-        return True
+        return "scheduled"
 
     def _demote(self, reason: str, args: Sequence[Any] | None) -> Any:
         """Stop using the chosen backend for this graph; answer ``args`` (if given) with the next candidate."""

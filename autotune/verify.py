@@ -29,12 +29,13 @@ the schedule goes on from the calls the graph already had: a graph past call 1,0
 the steady state). A check is one run of the graph's own ATen code on one thread (an eager call), a copy
 of the user inputs, the backend's call on it and the comparison (core/compare.py: a few passes in the
 outputs' precision). Measured (``python -m torchmux.bench.scripts.check_cost``, one thread, batch 1,
-ONNX Runtime chosen but on T5, Inductor): 1.3-2.1 eager calls beyond the call it answers on eight of
-the zoo's nine models, 4.0 on the MLP, whose 6 MB of weights the reference reads
+ONNX Runtime chosen but on T5, Inductor), a check answering its call: 1.3-2.1 eager calls beyond the
+call on eight of the zoo's nine models, 4.0 on the MLP, whose 6 MB of weights the reference reads
 while ONNX Runtime's own packed copy is evicted from the CPU's caches (the two alternating take 1.5
 ms where each alone takes 0.5 and 0.2):
-what two implementations of one graph cost side by side, not a copy or a comparison. So the schedule
-is where the cost is bounded. Calls 1 and 8 (:data:`ALWAYS`) are checked whatever they cost; call 1 is
+what two implementations of one graph cost side by side, not a copy or a comparison. Where a second
+CPU allows, the scheduled checks run beside the call instead (below). The schedule is where the
+whole cost is bounded. Calls 1 and 8 (:data:`ALWAYS`) are checked whatever they cost; call 1 is
 inside the call that compiles (its check is part of the compile's cost, not weighed). Every scheduled
 check after call 8 (:data:`BUDGET_AFTER`) is taken only once the checks so far, that one included (at the
 last check's cost), cost at most :data:`CHECK_BUDGET` (2.5%) of the time the graph's calls took (the
@@ -57,7 +58,28 @@ outgrows that after a few checks: with c = 2, checks fall at 1, 8, 160, 256, 512
 zoo at batch 1 (check_cost prints them) the first check after call 8 fell at calls 170-803. Inputs
 of a new kind (the first NaN, the first inf, a new magnitude band) are checked on their first call
 whatever the budget. Every wrong answer
-caught is answered by the reference; the ones returned before it are not.
+caught by a check that answers its call is answered by the reference; the ones returned before it are
+not. A check beside the call (below) answers nothing: the call it checked returned the backend's answer,
+and the graph's next call after its verdict is answered by the next candidate (eager at worst).
+
+**Checks beside the call** (:func:`check_beside`). The part of a check that costs (the reference, run
+on torch's copy of the weights that the backend's own copy has pushed out of the caches, and the
+comparison) need not hold up the user's call: with torch on one thread (how latency-bound serving runs
+it) and a second CPU this process may use, a *scheduled* check (call 8 and the schedule's later ones,
+not a build's first call, a new kind of input or the ``nonfinite_unsafe`` rule) of a CPU graph whose
+inputs are all the user's (a frozen inference graph) runs the backend on copies of the inputs, judges on
+the spot what is cheap and must be judged before the user can touch the tensors (a changed input, an
+output sharing an input's memory: answered by the reference, as above), returns the backend's answer,
+and hands a copy of it and of the inputs to one worker thread (one torch thread; it runs one check at a
+time, and a graph's next scheduled check waits for its last verdict). The worker runs the reference and
+compares; a wrong answer is acted on by the graph's next call (the demotion, the warning naming the
+check's call and how many calls returned the backend's answer since). The budget counts the worker's
+CPU time as well: a check costs the machine what it did, and the user's call what the copies and one
+call on them cost (on the zoo's MLP at batch 1, 1.1-1.4 eager calls on the user's thread against 4-5
+answered in the call; its whole work, 7.6-8.8 eager calls: the worker finds nothing in its caches). With
+more torch threads the check answers the call as before: a second thread's work would then take a CPU
+from torch's own pool. So, beside the call, a backend wrong from call k is caught at the first check at
+or after k, and answered right from the first call after that check's verdict (a reference run later).
 
 **A check** runs the graph's own ATen code (the reference interpreter's ops, without its per-node
 bookkeeping) on a copy of the inputs and compares (core/compare.py);
@@ -74,19 +96,25 @@ backend, the graph and the reason.
 
 **Hangs**: the first two checked calls (and the compile) of every candidate run under the trial
 deadline (tuner.py ``within_deadline``, isolate.py); a later check runs inside the user's own call
-(guard.py) and has no deadline: a backend that hangs there hangs that call.
+(guard.py) and has no deadline: a backend that hangs there hangs that call (the backend's own call, on
+the user's thread, also where the reference runs beside it).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import hashlib
 import json
 import math
+import os
+import queue
 import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
+from time import perf_counter, thread_time
 from typing import Any
 
 import torch
@@ -163,7 +191,18 @@ class Schedule:
     compiled twice) goes on from where the first build left it, instead of paying calls 1-8's checks again.
     """
 
-    __slots__ = ("calls", "checks", "kinds", "next", "spent", "call_seconds", "probe", "last_cost")
+    __slots__ = (
+        "calls",
+        "checks",
+        "kinds",
+        "next",
+        "spent",
+        "call_seconds",
+        "probe",
+        "last_cost",
+        "pending",
+        "verdict",
+    )
 
     def __init__(self) -> None:
         self.calls = 0  # the user's calls made on this graph (every build of it)
@@ -173,6 +212,10 @@ class Schedule:
         # the check budget: seconds the checks after call 1 cost beyond the calls they answered, what an
         # unchecked call costs (timed at call ``probe``, PROBE_AFTER calls after each check), the last check's cost
         self.spent, self.call_seconds, self.probe, self.last_cost = 0.0, 0.0, 0, 0.0
+        # a check beside a call (check_beside): whether one is still running on the checks' worker, and the
+        # (reason, call) of one that found a wrong answer, for the graph's next call to act on
+        self.pending = False
+        self.verdict: tuple[str, int] | None = None
 
 
 _SCHEDULES: dict[tuple, Schedule] = {}
@@ -310,15 +353,12 @@ def check_call(
     wrong = compare(ir, out, ref)
     if wrong:
         return None, f"wrong answer: {wrong}"
-    for i, (a, b, k) in enumerate(zip(mine, args, kinds)):
-        if k == "input" and isinstance(a, torch.Tensor) and not _same(a, b):
-            return None, f"changed its input {i}, which the graph does not mutate"
-    ins = [s for s, k in zip(_storages(mine), kinds) if k == "input" and s != -1]
     ref_ins = [s for s, k in zip(_storages(ref_args), kinds) if k == "input" and s != -1]
+    ref_outs = _storages(ref)
     passed_through = _input_aliases(ir) if given else set()
-    for i, (s, rs) in enumerate(zip(_storages(out), _storages(ref))):
-        if s != -1 and s in ins and rs not in ref_ins and i not in passed_through:
-            return None, f"returned output {i} sharing memory with an input (the graph's output is a new tensor)"
+    fault = _input_fault(kinds, mine, args, out, lambda i: ref_outs[i] in ref_ins or i in passed_through)
+    if fault:
+        return None, fault
     if twice:
         kept = [o.clone() if isinstance(o, torch.Tensor) else o for o in out]
         again = list(fn(*clone_inputs(args, kinds)))
@@ -329,6 +369,21 @@ def check_call(
         if wrong:
             return None, f"wrong answer on its second call: {wrong}"
     return out, None
+
+
+def _input_fault(
+    kinds: Sequence[str], mine: Sequence[Any], args: Sequence[Any], out: Sequence[Any], passes: Callable[[int], bool]
+) -> str | None:
+    """Whether a backend given ``mine`` (copies of ``args``) changed one of them, or returned an output
+    sharing memory with one where the graph's output is not that input (``passes(i)`` says it is)."""
+    for i, (a, b, k) in enumerate(zip(mine, args, kinds)):
+        if k == "input" and isinstance(a, torch.Tensor) and not _same(a, b):
+            return f"changed its input {i}, which the graph does not mutate"
+    ins = {s for s, k in zip(_storages(mine), kinds) if k == "input" and s != -1}
+    for i, s in enumerate(_storages(out)):
+        if s != -1 and s in ins and not passes(i):
+            return f"returned output {i} sharing memory with an input (the graph's output is a new tensor)"
+    return None
 
 
 def _all_copied(args: Sequence[Any], kinds: Sequence[str]) -> bool:
@@ -350,6 +405,104 @@ def _input_aliases(ir: GraphIR) -> set[int]:
         if isinstance(node, torch.fx.Node) and node.op == "placeholder":
             out.add(i)
     return out
+
+
+# ------------------------------------------------------------------------------------------- checks beside the call
+#: the CPUs this process may run on: a check beside the user's call needs a second one
+_CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def can_check_beside(ir: GraphIR) -> bool:
+    """Whether ``ir``'s scheduled checks may run beside the user's calls (the module docstring): a CPU
+    graph whose every input is the user's (a frozen inference graph: what the reference reads after the
+    call returns is copies, never a parameter or buffer the user's next call may change)."""
+    specs = [*ir.input_specs, *ir.output_specs]
+    return all(k == "input" for k in ir.input_kinds) and all(s is None or s.device == "cpu" for s in specs)
+
+
+def beside_now() -> bool:
+    """Whether a check may run beside the call now: torch runs its CPU ops on one thread (the worker runs
+    on one too: it never adds a pool of threads) and this process may use another CPU."""
+    return _CPUS > 1 and torch.get_num_threads() == 1
+
+
+def check_beside(
+    ir: GraphIR, fn: Callable[..., Sequence[Any]], args: Sequence[Any], verdict: Callable[[str | None, float], None]
+) -> tuple[list[Any], str | None]:
+    """Run ``fn`` on copies of ``args`` and return (its outputs, None) at once, or (its outputs, the
+    reason) where it changed its copies of the inputs or returned one of them (judged here: cheap, and
+    the user may write into what they get). The answer itself is judged on the checks' worker thread,
+    against the reference run on another copy: ``verdict(None or "wrong answer: ...", the worker's CPU
+    seconds)`` is called there when it is known, with the check's whole cost (the call and copies here,
+    the worker's CPU time there). A reference that raises judges nothing (the user's program raises in
+    eager as well: not the backend's fault)."""
+    t0 = perf_counter()
+    kinds = ir.input_kinds
+    before = clone_inputs(args, kinds)  # the reference's: nothing touches them until the worker has run it
+    mine = clone_inputs(args, kinds)
+    out = list(fn(*mine))
+    passed_through = _input_aliases(ir)
+    fault = _input_fault(kinds, mine, args, out, passed_through.__contains__)
+    if fault is None:
+        kept = [o.clone() if isinstance(o, torch.Tensor) else o for o in out]  # the user may write into ``out``
+        _submit(functools.partial(_judge, ir, kept, before, verdict, perf_counter() - t0))
+    return out, fault
+
+
+def _judge(
+    ir: GraphIR, out: list[Any], args: list[Any], verdict: Callable[[str | None, float], None], spent: float
+) -> None:
+    t0 = thread_time()
+    reason = None
+    try:
+        with torch.no_grad():
+            result = ir.gm(*args)
+        wrong = compare(ir, out, list(result) if isinstance(result, (tuple, list)) else [result])
+        reason = f"wrong answer: {wrong}" if wrong else None
+    except Exception:  # noqa: BLE001 -- eager itself raised on these inputs: nothing to judge the backend by
+        pass
+    verdict(reason, spent + thread_time() - t0)
+
+
+_WORKER: tuple[int, queue.SimpleQueue[Any], threading.Thread] | None = None
+_WORKER_LOCK = threading.Lock()
+
+
+def _submit(job: Callable[[], None]) -> None:
+    global _WORKER
+    with _WORKER_LOCK:
+        if _WORKER is None or _WORKER[0] != os.getpid():  # none yet, or a forked child (no thread came along)
+            jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+            worker = threading.Thread(target=_work, args=(jobs,), name="torchmux-checks", daemon=True)
+            worker.start()
+            if _WORKER is None:
+                atexit.register(settle_checks)
+            _WORKER = (os.getpid(), jobs, worker)
+        _WORKER[1].put(job)
+
+
+def _work(jobs: queue.SimpleQueue[Any]) -> None:
+    torch.set_num_threads(1)  # started only while torch runs on one thread: this thread's ops run alone too
+    while True:
+        job = jobs.get()
+        if job is None:
+            return
+        try:
+            job()
+        except Exception:  # noqa: BLE001 -- a verdict's bookkeeping never stops the worker
+            pass
+
+
+def settle_checks(timeout: float = 30.0) -> bool:
+    """Wait until every check submitted beside a call so far has its verdict (True), at most ``timeout``
+    seconds. At exit, before Python stops its threads mid-op, and for tests."""
+    with _WORKER_LOCK:
+        found = _WORKER
+    if found is None or found[0] != os.getpid() or not found[2].is_alive():
+        return True
+    done = threading.Event()
+    found[1].put(done.set)
+    return done.wait(timeout)
 
 
 @contextlib.contextmanager

@@ -3,6 +3,7 @@
 # torchmux.compile(model, backend=B, options={"verify": P}) for P in off, sparse, always, one process,
 # the three compiled models called in interleaved bursts of 200 calls (11 rounds, medians per call).
 #   python -m torchmux.bench.scripts.verify_policies [backend] [model ...]   (default: onnxruntime mlp bert)
+import re
 import statistics
 import sys
 import time
@@ -42,7 +43,9 @@ for name in sys.argv[2:] or ("mlp", "bert"):
 
 # when a backend that turns wrong is caught, measured: a backend that runs the graph's own code and adds
 # 1 to every output from the user's call k on, named with verify="sparse" on the zoo's MLP; the call whose
-# check demotes it, and how many wrong answers the user got before it (the budget of verify.py included)
+# check found it (the warning names it), the first call answered right after it (the same call where the
+# check answers its call; later where it ran beside the call: verify.py), and how many wrong answers the
+# user got (the budget of verify.py included)
 class TurnsWrong(torchmux.Backend):
     auto = False
     contract_version = 2
@@ -67,14 +70,19 @@ for k in (3, 5, 20, 100, 1000):
     torchmux.register_plugin(turns_wrong)
     torch._dynamo.reset()
     fn = torchmux.compile(model, backend=turns_wrong.name, options={"isolate": "off", "verify": "sparse"})
-    wrong, caught = 0, None
+    wrong, caught, checked = 0, None, None
     with torch.no_grad(), warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         expected = model(*args)
         for call in range(1, 20 * k + 200):
             if not torch.allclose(fn(*args), expected, atol=1e-4):
                 wrong += 1
-            if any("demoted" in str(w.message) for w in seen):
+            found = [str(w.message) for w in seen if "demoted" in str(w.message)]
+            if found:
                 caught = call
+                checked = re.search(r"on call (\d+)", found[0])
                 break
-    print(f"wrong from call {k}: caught at call {caught}, {wrong} wrong answers returned before it")
+    at = checked.group(1) if checked else "?"
+    print(
+        f"wrong from call {k}: caught by the check at call {at}, answered right from call {caught}, {wrong} wrong answers"
+    )

@@ -62,6 +62,15 @@ class WrongTwentieth(_Fault):
         return [o + 1 if o is not None else o for o in out] if call >= 20 else out
 
 
+class MutatesTwentieth(_Fault):
+    name = "fault_mutates_20th"  # honest for 19 calls, writes into its input from its 20th on
+
+    def fault(self, out, args, call):
+        if call >= 20:
+            args[0].add_(1)
+        return out
+
+
 class WrongOnNaN(_Fault):
     name = "fault_wrong_nan"  # turns NaN into 0, as TVM's relu did
 
@@ -184,6 +193,7 @@ def torchmux_add_backends():
         WrongLate(),
         WrongSecond(),
         WrongTwentieth(),
+        MutatesTwentieth(),
         WrongOnNaN(),
         MutatesInput(),
         AliasesInput(),

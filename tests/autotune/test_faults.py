@@ -1047,3 +1047,67 @@ def test_small_outputs_are_judged_alike_in_numpy():
     assert mismatch([with_inf.clone()], [with_inf]) is None  # the same infinity: the full rule accepts it
     assert mismatch([r.half()], [r.half()]) is None and mismatch([r.t()], [r.t().contiguous()]) is None
     r.untyped_storage().resize_(0)  # the compared tensors' storage stays resizable (FSDP frees weights so)
+
+
+def _calls_until_demoted(backend: str, calls: int) -> tuple[list[int], list[int], list[str]]:
+    """Compile f on ``backend`` (no check budget: the schedule alone) and call it ``calls`` times, each
+    call on a fresh input, letting every check beside a call reach its verdict before the next call (so
+    the call that acts on it is known). Returns the calls whose answer was not eager's, the calls that
+    changed the user's input, and the fallback warnings."""
+    from torchmux.autotune import verify
+
+    compiled = torchmux.compile(f, backend=backend, options={"isolate": "off"})
+    wrong, changed = [], []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for call in range(1, calls + 1):
+            x = x_(call)
+            kept = x.clone()
+            if not torch.allclose(compiled(x), f(kept)):
+                wrong.append(call)
+            if not torch.equal(x, kept):
+                changed.append(call)
+            assert verify.settle_checks()
+    return wrong, changed, [str(w.message) for w in caught if issubclass(w.category, TorchmuxFallbackWarning)]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a check beside the call needs a second CPU")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_at_one_torch_thread_a_scheduled_check_runs_beside_the_call(threads, tmp_path, monkeypatch):
+    """At one torch thread (and a second CPU) the schedule's check at call 32 runs beside the call: call 32
+    returns the backend's answer, the worker's verdict demotes it, and call 33 on is eager's, with one
+    warning that names call 32. At two threads the same check answers call 32 itself (the reference's
+    answer). A backend wrong from its 20th call is the user's call 18 (the trial made two calls)."""
+    from torchmux.autotune import verify
+
+    monkeypatch.setattr(verify, "CHECK_BUDGET", math.inf)  # the schedule alone
+    monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path))
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        wrong, changed, warned = _calls_until_demoted("fault_wrong_20th", 40)
+    finally:
+        torch.set_num_threads(before)
+    assert wrong == list(range(18, 33 if threads == 1 else 32)), wrong
+    assert changed == [] and len(warned) == 1 and "on call 32" in warned[0], warned
+    assert ("checked beside the call" in warned[0]) == (threads == 1), warned[0]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a check beside the call needs a second CPU")
+def test_a_check_beside_the_call_still_judges_input_writes_before_returning(tmp_path, monkeypatch):
+    """What the user could see changed is judged in the call itself, beside it or not: a backend that
+    writes into its input from its 20th call (the user's 18th) changes the user's tensors on the unchecked
+    calls 18-31, as any trusted backend could; at call 32 its check runs it on copies, finds the write,
+    answers with the reference and demotes it, all before returning."""
+    from torchmux.autotune import verify
+
+    monkeypatch.setattr(verify, "CHECK_BUDGET", math.inf)
+    monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path))
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        wrong, changed, warned = _calls_until_demoted("fault_mutates_20th", 36)
+    finally:
+        torch.set_num_threads(before)
+    assert changed == list(range(18, 32)) and wrong == [], (changed, wrong)
+    assert len(warned) == 1 and "changed its input 0" in warned[0] and "on call 32" in warned[0], warned
