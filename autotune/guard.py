@@ -80,7 +80,6 @@ class Guard:
         s = self.s
         if s.verdict is not None:  # a check beside an earlier call found a wrong answer
             self._settle()
-            s = self.s
         s.calls = calls = s.calls + 1
         if self._sparse:  # the default policy's common call, inlined: one frame for the scan, none for the schedule
             kind = verify.input_kind(args, self.keyed)

@@ -432,10 +432,10 @@ def check_beside(
     """Run ``fn`` on copies of ``args`` and return (its outputs, None) at once, or (its outputs, the
     reason) where it changed its copies of the inputs or returned one of them (judged here: cheap, and
     the user may write into what they get). The answer itself is judged on the checks' worker thread,
-    against the reference run on another copy: ``verdict(None or "wrong answer: ...", the worker's CPU
-    seconds)`` is called there when it is known, with the check's whole cost (the call and copies here,
-    the worker's CPU time there). A reference that raises judges nothing (the user's program raises in
-    eager as well: not the backend's fault)."""
+    against the reference run on another copy: ``verdict(None or "wrong answer: ...", seconds)`` is
+    called there when it is known, ``seconds`` the check's whole cost (the call and copies here, the
+    worker's CPU time there). A reference that raises judges nothing (the user's program raises in eager
+    as well: not the backend's fault)."""
     t0 = perf_counter()
     kinds = ir.input_kinds
     before = clone_inputs(args, kinds)  # the reference's: nothing touches them until the worker has run it
@@ -485,8 +485,6 @@ def _work(jobs: queue.SimpleQueue[Any]) -> None:
     torch.set_num_threads(1)  # started only while torch runs on one thread: this thread's ops run alone too
     while True:
         job = jobs.get()
-        if job is None:
-            return
         try:
             job()
         except Exception:  # noqa: BLE001 -- a verdict's bookkeeping never stops the worker

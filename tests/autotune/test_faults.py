@@ -1111,3 +1111,34 @@ def test_a_check_beside_the_call_still_judges_input_writes_before_returning(tmp_
         torch.set_num_threads(before)
     assert changed == list(range(18, 32)) and wrong == [], (changed, wrong)
     assert len(warned) == 1 and "changed its input 0" in warned[0] and "on call 32" in warned[0], warned
+
+
+def test_a_check_beside_the_call_returns_the_backends_answer_and_judges_it_on_the_worker():
+    """check_beside returns what the backend answered at once; the reference runs later on the checks'
+    worker thread (one torch thread, gradients off) and the verdict names the wrong answer, with the
+    check's whole cost in seconds."""
+    import threading
+
+    from torchmux.autotune import verify
+
+    ir = trace(lambda x: (x @ x.T).relu().sum(0), [x_(0)])
+    seen: list[tuple[str, int, bool]] = []
+    hook = ir.gm.register_forward_pre_hook(
+        lambda module, args: seen.append(
+            (threading.current_thread().name, torch.get_num_threads(), torch.is_grad_enabled())
+        )
+    )
+    verdicts: list[tuple[str | None, float]] = []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the guard submits: only while torch runs on one thread
+    try:
+        out, fault = verify.check_beside(
+            ir, lambda x: [(x @ x.T).relu().sum(0) + 1], [x_(1)], lambda r, s: verdicts.append((r, s))
+        )
+        assert fault is None and verify.settle_checks()
+    finally:
+        hook.remove()
+        torch.set_num_threads(threads)
+    torch.testing.assert_close(out[0], (x_(1) @ x_(1).T).relu().sum(0) + 1)  # the backend's own answer
+    assert seen == [("torchmux-checks", 1, False)], seen
+    assert len(verdicts) == 1 and (verdicts[0][0] or "").startswith("wrong answer") and verdicts[0][1] > 0, verdicts
