@@ -9,19 +9,36 @@ would raise). :func:`reads_item` tells the loop rules which trip counts come fro
 nothing of, so a later test on a shape cut with it (``x[:, n:]`` shorter than ``k``?) breaks the graph.
 :func:`drawn_range` binds ``a`` and ``b`` once and has ``runtime.drawn`` tell Dynamo ``a <= n <= b``
 (``torch._check``): tests that range decides then need no branch (a random crop's padding test).
+
+``np.prod(x.size()[1:])``, ``np.prod(self.shape)``, ``int(np.prod(np.array(x.size()[2:])))``: NumPy's
+product of a shape (a flatten's width, a VQ-VAE's latent count). Dynamo runs NumPy calls as tensor ops,
+so the product leaves as a number read back from a tensor, unknown to it: a break where it is used
+("data dependent operator"), and with ``.item()`` kept in the graph (``switches``) a size of a view
+Dynamo cannot finish the frame with (the whole frame then runs eagerly). :func:`size_products` makes
+such a call ``runtime.size_prod(note, <shape>, <np.array?>)``: while Dynamo traces a shape (a
+``torch.Size``, or a tuple or list of ints), the product of its sizes as Python computes it (an int,
+symbolic where a size is); NumPy's call as written otherwise (an ``np.int64``, or ``1.0`` for no sizes).
 """
 
 from __future__ import annotations
 
 import ast
 import random
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from .analysis import Context, fired_stmt, loaded_names, located, name_node, rt_call
+from .analysis import RT, Context, fired_stmt, loaded_names, located, name_node, rt_call
 from .effects import log_kind, log_leaves, strip_conversions
 
 if TYPE_CHECKING:
     from .statements import Block
+
+try:
+    import numpy
+
+    _NP_PROD: Any = numpy.prod
+    _NP_ARRAY: Any = numpy.array
+except ImportError:  # no NumPy: no np.prod to find
+    _NP_PROD = _NP_ARRAY = object()
 
 
 def own_statements(body: list[ast.stmt]) -> list[ast.stmt]:
@@ -106,3 +123,24 @@ def drawn_range(s: ast.stmt, ctx: Context) -> list[ast.stmt] | None:
     out.append(ast.Assign(s.targets, rt_call("drawn", call, *(name_node(b) for b in bounds))))
     out.append(fired_stmt(note, s))
     return [located(x, s) for x in out]
+
+
+def size_products(fdef: ast.FunctionDef, ctx: Context) -> None:
+    """``np.prod(<v>)`` and ``np.prod(np.array(<v>))`` (one argument, no keywords) ->
+    ``runtime.size_prod(note, <v>, <whether np.array>)``, in place."""
+    for call in [n for n in ast.walk(fdef) if isinstance(n, ast.Call)]:
+        if not _one_argument(call) or ctx.resolve(call.func) is not _NP_PROD:
+            continue
+        value, array = call.args[0], False
+        if isinstance(value, ast.Call) and _one_argument(value) and ctx.resolve(value.func) is _NP_ARRAY:
+            value, array = value.args[0], True
+        # an int where NumPy gives an np.int64: a value of another kind, read after the statement
+        note = ctx.note(call, "np.prod(<a shape>) -> the product of its sizes, a number Dynamo knows", wide=True)
+        call.func = located(
+            ast.copy_location(ast.Attribute(ast.Name(RT, ast.Load()), "size_prod", ast.Load()), call), call
+        )
+        call.args = [located(ast.Constant(note), call), value, located(ast.Constant(array), call)]
+
+
+def _one_argument(call: ast.Call) -> bool:
+    return len(call.args) == 1 and not call.keywords and not isinstance(call.args[0], ast.Starred)

@@ -30,6 +30,10 @@ if _mend_rt.tracing(note) else Fn.apply)(...)``: while Dynamo traces, the ``appl
 of the same name whose ``backward`` is the user's compiled again from its source with ``saved_variables``
 read as ``saved_tensors`` (the same tensors; the same file, lines and globals; made when the call is
 rewritten and handed to the mended code as a free variable); ``Fn.apply`` otherwise.
+
+The same subclass carries the Function's ``forward`` mended by every rule a plain function gets, where
+one applies: Dynamo traces ``Fn.forward`` itself (not a function the mend pass replaced), so a VQ-VAE's
+``ctx.num_latents = int(np.prod(np.array(input.size()[2:])))`` (:mod:`.items`) skipped the whole frame.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from typing import Any
 
 import torch
 
+from . import runtime as rt
 from .analysis import RT, Context, located
 
 _VARIABLE = torch.autograd.Variable
@@ -217,9 +222,11 @@ def saved_variables_applies(fdef: ast.FunctionDef, ctx: Context) -> None:
         made = modern_function(owner)
         if made is None:
             continue
-        note = ctx.note(call, f"{owner.__name__}.backward: ctx.saved_variables -> ctx.saved_tensors")
+        cls, what, notes, wide = made
+        note = ctx.note(call, f"{owner.__name__}.{what}", wide=wide)
+        ctx.notes.extend(notes)  # the mended forward's own rewrites, reported with this frame's
         name = ctx.fresh("modern_")
-        ctx.injected[name] = made
+        ctx.injected[name] = cls
         test = ast.Call(ast.Attribute(ast.Name(RT, ast.Load()), "tracing", ast.Load()), [ast.Constant(note)], [])
         modern: ast.expr = ast.Name(name, ast.Load())
         if attr:
@@ -228,33 +235,65 @@ def saved_variables_applies(fdef: ast.FunctionDef, ctx: Context) -> None:
         setattr(holder, field_, located(ast.copy_location(ast.IfExp(test, modern, swapped), swapped), call))
 
 
-_MODERN: dict[type, type | None] = {}
+_MODERN: dict[type, tuple[type, str, list[int], bool] | None] = {}
 
 
-def modern_function(owner: type) -> type | None:
-    """The subclass of the ``autograd.Function`` ``owner`` whose ``backward`` reads ``saved_tensors`` where
-    ``owner``'s reads ``<ctx>.saved_variables`` (``<ctx>`` its first parameter), or None: ``owner`` is no
-    Function, its ``backward`` reads no ``saved_variables``, has no source, or needs a closure (a class
-    made inside a function, a zero-argument ``super()``). Made once per class."""
+def modern_function(owner: type) -> tuple[type, str, list[int], bool] | None:
+    """The subclass of the ``autograd.Function`` ``owner`` that Dynamo traces in its stead, what it
+    changes, the notes of its mended ``forward`` and whether a value changes kind; or None where it
+    changes nothing. Its ``backward`` reads ``saved_tensors`` where ``owner``'s reads
+    ``<ctx>.saved_variables`` (``<ctx>`` its first parameter; not where it has no source or needs a
+    closure: a class made inside a function, a zero-argument ``super()``); its ``forward`` is ``owner``'s
+    mended by the rules every other function gets (``pipeline.mend_function``), where one applies (a
+    VQ-VAE's ``int(np.prod(np.array(input.size()[2:])))``). Made once per class."""
     if owner in _MODERN:
         return _MODERN[owner]
-    made: type | None = None
-    backward = owner.__dict__.get("backward")
-    fn = backward.__func__ if isinstance(backward, staticmethod) else None
-    if (
-        issubclass(owner, torch.autograd.Function)
-        and isinstance(fn, types.FunctionType)
-        and not fn.__code__.co_freevars
-        and "saved_variables" in fn.__code__.co_names
-    ):
-        made = _recompiled(owner, fn)
+    made = None
+    if issubclass(owner, torch.autograd.Function):
+        body: dict[str, Any] = {}
+        what: list[str] = []
+        notes: list[int] = []
+        backward = _static(owner, "backward")
+        if (
+            backward is not None
+            and not backward.__code__.co_freevars
+            and "saved_variables" in backward.__code__.co_names
+        ):
+            recompiled = _saved_tensors(backward)
+            if recompiled is not None:
+                body["backward"] = staticmethod(recompiled)
+                what.append("backward: ctx.saved_variables -> ctx.saved_tensors")
+        forward = _static(owner, "forward")
+        if forward is not None:
+            from .pipeline import mend_function  # pipeline imports this module: read at call time
+
+            mended = mend_function(forward, method=False, depth=1)
+            if mended.func is not None:
+                body["forward"] = staticmethod(mended.func)
+                notes = list(mended.notes)
+                what.append("forward: mended, its rewrites listed with this one")
+        if body:
+            meta: Any = type(owner)  # the Function's metaclass
+            cls = meta(
+                owner.__name__,
+                (owner,),
+                {**body, "__module__": owner.__module__, "__qualname__": owner.__qualname__},
+            )
+            made = (cls, "; ".join(what), notes, any(rt.SPANS.get(k, ("", 0, 0, False))[3] for k in notes))
     _MODERN[owner] = made
     return made
 
 
-def _recompiled(owner: type, fn: types.FunctionType) -> type | None:
-    """``owner``'s subclass of the same name with ``fn`` (its ``backward``) compiled again from its source, each
-    ``<ctx>.saved_variables`` read as ``<ctx>.saved_tensors``, in its own file, lines and globals."""
+def _static(owner: type, name: str) -> types.FunctionType | None:
+    """``owner``'s own static method ``name`` as a plain function, or None."""
+    method = owner.__dict__.get(name)
+    fn = method.__func__ if isinstance(method, staticmethod) else None
+    return fn if isinstance(fn, types.FunctionType) else None
+
+
+def _saved_tensors(fn: types.FunctionType) -> types.FunctionType | None:
+    """``fn`` (a Function's ``backward``) compiled again from its source, each ``<ctx>.saved_variables``
+    read as ``<ctx>.saved_tensors``, in its own file, lines and globals."""
     fdef = _parsed(fn)
     if fdef is None or fdef.name != fn.__name__ or not fdef.args.args:
         return None
@@ -277,13 +316,9 @@ def _recompiled(owner: type, fn: types.FunctionType) -> type | None:
     ast.increment_lineno(tree, fn.__code__.co_firstlineno - 1)  # the source read starts at its first decorator
     space: dict[str, Any] = {}
     exec(compile(tree, fn.__code__.co_filename, "exec"), fn.__globals__, space)  # noqa: S102 -- the user's own code
-    backward = space[fn.__name__]
+    backward: types.FunctionType = space[fn.__name__]
     backward.__qualname__, backward.__defaults__ = fn.__qualname__, fn.__defaults__
-    return type(owner)(
-        owner.__name__,
-        (owner,),
-        {"backward": staticmethod(backward), "__module__": owner.__module__, "__qualname__": owner.__qualname__},
-    )
+    return backward
 
 
 def _applied(fn: Any) -> type[torch.autograd.Function] | None:

@@ -24,6 +24,13 @@ import torch.nn as nn
 from torch._dynamo.comptime import comptime
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+try:
+    import numpy
+
+    _np: Any = numpy
+except ImportError:  # no NumPy: the rule that calls size_prod finds no np.prod to rewrite
+    _np = None
+
 # --- deferred effects --------------------------------------------------------------------------------
 
 
@@ -193,6 +200,24 @@ def drawn(value: Any, lo: Any, hi: Any) -> Any:
     torch._check(value >= lo)
     torch._check(value <= hi)
     return value
+
+
+def size_prod(note: int, value: Any, array: bool) -> Any:
+    """``np.prod(value)`` (``np.prod(np.array(value))`` with ``array``) (:mod:`.items`): while Dynamo
+    traces a shape (a ``torch.Size``, or a non-empty tuple or list of ints or symbolic ints), the product
+    of its sizes as Python computes it; NumPy's, as written, otherwise."""
+    if (
+        torch.compiler.is_compiling()
+        and isinstance(value, (tuple, list))
+        and value
+        and all(type(d) is int or isinstance(d, torch.SymInt) for d in value)
+    ):
+        fired(note)
+        out = 1
+        for d in value:
+            out = out * d
+        return out
+    return _np.prod(_np.array(value)) if array else _np.prod(value)
 
 
 def size_in(v: Any) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import warnings
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -379,6 +380,70 @@ def test_randint_range_rule_leaves_other_draws_and_keywords_alone() -> None:
 
     report = explain(Draws(), torch.ones(2))
     assert not any("random.randint" in r for r in report.rewrites), report.rewrites
+
+
+# --- items.py: np.prod of a shape ---------------------------------------------------------------------------
+
+
+class _Flatten(nn.Module):  # a flatten's width as research code writes it
+    shape = (4, 3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = x.view(x.size(0), int(np.prod(x.size()[1:])))
+        b = x.view(-1, np.prod(self.shape))  # a tuple attribute; no int(): NumPy's own number as a size
+        c = x.view(x.size(0), np.prod(x.shape[1:]))
+        return a + b * c
+
+
+class _NearestEmbedFunc(torch.autograd.Function):  # a VQ-VAE's, as copied between repositories
+    @staticmethod
+    def forward(ctx, input, emb):
+        ctx.batch_size = input.size(0)
+        ctx.num_latents = int(np.prod(np.array(input.size()[2:])))
+        flat = input.permute(0, 2, 3, 1).reshape(ctx.batch_size * ctx.num_latents, -1)
+        argmin = (flat.unsqueeze(-1) - emb.unsqueeze(0)).norm(2, 1).min(-1)[1]
+        return emb.t().index_select(0, argmin).view(ctx.batch_size, *input.shape[2:], -1).permute(0, 3, 1, 2)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return grad_output, None
+
+
+class _Quantize(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Parameter(torch.randn(3, 5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _NearestEmbedFunc.apply(x, self.emb.detach())
+
+
+@pytest.mark.parametrize("make", [_Flatten, _Quantize], ids=["flatten", "vq_vae"])
+def test_np_prod_of_a_shape_is_a_number_dynamo_knows(make) -> None:
+    """``np.prod`` of a shape (a tensor's size, a slice of it, a tuple attribute; through ``np.array`` too)
+    is the product of its sizes while Dynamo traces: one graph where Dynamo alone breaks on the number it
+    reads back from NumPy's tensor (and, without ``int()``, skipped the frame under torchmux's switches),
+    eager's values, no ``.item()`` left in the graph."""
+    torch.manual_seed(0)
+    model, x = make(), torch.randn(2, 3 if make is _Quantize else 4, 3, 3)
+    torch._dynamo.reset()
+    plain = torch._dynamo.explain(model)(x)
+    report = explain(model, x)
+    assert plain.graph_break_count >= 1
+    assert (report.graph_count, report.graph_break_count) == (1, 0), report
+    assert any("np.prod" in r for r in report.rewrites), report.rewrites
+    torch.testing.assert_close(compiled(model)(x), model(x))
+
+
+def test_np_prod_keeps_numpys_number_outside_dynamo_and_off_shapes() -> None:
+    """Run as Python (not traced), or given what is not a shape, the call is NumPy's as written: an
+    ``np.int64``, ``1.0`` for no sizes, a float product of floats."""
+    from torchmux.frontends.mend import runtime as rt
+
+    six = rt.size_prod(0, torch.Size([2, 3]), False)
+    assert six == 6 and isinstance(six, np.integer)
+    assert rt.size_prod(0, (), True) == 1.0 and isinstance(rt.size_prod(0, (), True), float)
+    assert rt.size_prod(0, [0.5, 4.0], False) == 2.0
 
 
 # --- legacy.py: an autograd.Function whose backward only raises ------------------------------------------
