@@ -57,7 +57,7 @@ def legacy_variables(fdef: ast.FunctionDef, ctx: Context) -> None:
     """Rewrite the ``Variable(...)`` and ``t.new().resize_(...)`` calls of ``fdef`` in place."""
     new_then_resized(fdef, ctx)
     no_backward_applies(fdef, ctx)
-    saved_variables_applies(fdef, ctx)
+    modern_applies(fdef, ctx)
     grad_set = _requires_grad_set(fdef)
     for call in [n for n in ast.walk(fdef) if isinstance(n, ast.Call)]:
         if ctx.resolve(call.func) is not _VARIABLE or len(call.args) != 1 or isinstance(call.args[0], ast.Starred):
@@ -203,7 +203,7 @@ def has_no_backward(fn: Any) -> bool:
     return True
 
 
-def saved_variables_applies(fdef: ast.FunctionDef, ctx: Context) -> None:
+def modern_applies(fdef: ast.FunctionDef, ctx: Context) -> None:
     """Calls of ``fdef`` of ``Fn.apply`` (or a global alias of it) and of ``Fn().apply`` whose ``Fn`` has a
     :func:`modern_function`, in place: ``Fn.apply`` becomes ``(<the modern class>.apply if
     _mend_rt.tracing(note) else Fn.apply)``, ``Fn()`` likewise ``(<the modern class> if ... else Fn)()``."""

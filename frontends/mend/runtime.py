@@ -672,7 +672,7 @@ def no_backward_apply(note: int, apply: Any, *args: Any) -> Any:
 
 def tracing(note: int) -> bool:
     """Whether Dynamo traces this call (then rewrite ``note`` took effect): the test of a rewrite that swaps
-    an object for one Dynamo can trace (``legacy.saved_variables_applies``)."""
+    an object for one Dynamo can trace (``legacy.modern_applies``)."""
     if torch.compiler.is_compiling():
         fired(note)
         return True
