@@ -20,6 +20,9 @@ from ..core.userframe import warn_at
 from . import verdicts, verify
 from .tuner import Measurement, short_error
 
+#: what ``Guard._due_kind`` gives for the schedule's own check (tested by identity on the call's path)
+SCHEDULED = "scheduled"
+
 
 class Guard:
     def __init__(
@@ -94,16 +97,13 @@ class Guard:
         if not due:
             if calls == s.probe:  # an unchecked call after a check: timed, for the check budget
                 return self._timed(args)
-            try:  # _run, inlined: this is every call's path
+            try:  # the unchecked call, inlined: this is every call's path
                 return self.fn(*args)
             except Exception as e:
                 if self._trusted:
                     raise
                 return self._demote(f"raised {short_error(e)} on call {calls}", args)
-        if due == "scheduled" and self._beside and verify.beside_now():
-            if s.pending:  # the last check beside a call is still running: this one waits for its verdict
-                s.next = calls + 1
-                return self._run(args)
+        if due is SCHEDULED and self._beside and verify.beside_now():
             return self._check_beside(args)
         s.checks += 1
         first, self._first = self._first, False
@@ -118,24 +118,19 @@ class Guard:
             return self._demote(f"raised {short_error(e)} on call {calls}", args)
         if wrong is None:
             return out  # type: ignore[return-value]
-        reference = self.ir.run_reference(*verify.clone_inputs(args, self.ir.input_kinds))
-        self._demote(f"{wrong} (on call {calls}, checked by the verify policy {self.policy!r})", None)
-        return reference
+        return self._answer_by_reference(wrong, calls, args)
 
-    def _run(self, args: Sequence[Any]) -> Sequence[Any]:
-        try:
-            return self.fn(*args)
-        except Exception as e:
-            if self._trusted:
-                raise
-            return self._demote(f"raised {short_error(e)} on call {self.calls}", args)
+    def _answer_by_reference(self, wrong: str, call: int, args: Sequence[Any]) -> Sequence[Any]:
+        """Demote the backend a check found ``wrong`` on ``call`` and answer that call with the reference."""
+        reference = self.ir.run_reference(*verify.clone_inputs(args, self.ir.input_kinds))
+        self._demote(f"{wrong} (on call {call}, checked by the verify policy {self.policy!r})", None)
+        return reference
 
     def _check_beside(self, args: Sequence[Any]) -> Sequence[Any]:
         """A scheduled check off the critical path (verify.py): the backend's answer is returned at once;
         the reference and the comparison run on the checks' worker, whose verdict the next call reads."""
         s, calls = self.s, self.calls
         s.checks += 1
-        self._first = False
         s.pending = True
 
         def verdict(reason: str | None, seconds: float) -> None:  # on the worker thread
@@ -154,9 +149,7 @@ class Guard:
         if fault is None:
             return out
         s.pending = False
-        reference = self.ir.run_reference(*verify.clone_inputs(args, self.ir.input_kinds))
-        self._demote(f"{fault} (on call {calls}, checked by the verify policy {self.policy!r})", None)
-        return reference
+        return self._answer_by_reference(fault, calls, args)
 
     def _settle(self) -> None:
         """Demote the backend that a check beside an earlier call found wrong."""
@@ -191,8 +184,9 @@ class Guard:
     def _due_kind(self, kind: tuple) -> bool | str:
         """The sparse policy: whether a call whose inputs are of ``kind`` is checked (verify.py: the
         schedule, a build's first call, new kinds of input, and the check budget, which only ever
-        postpones a scheduled check): False, True (a check that answers the call), or "scheduled" (the
-        schedule's own, past the build's first call: one that may run beside the call)."""
+        postpones a scheduled check, as does a check beside an earlier call still without its verdict):
+        False, True (a check that answers the call), or :data:`SCHEDULED` (the schedule's own, past the
+        build's first call: one that may run beside the call)."""
         s = self.s
         new_kind = kind not in s.kinds
         s.kinds.add(kind)
@@ -210,6 +204,9 @@ class Guard:
             return True
         if calls < s.next:
             return False
+        if s.pending:  # the last check beside a call has no verdict yet: this one waits for it
+            s.next = calls + 1
+            return False
         # a scheduled check (or one the budget postponed): past call 8, taken once the checks, this one
         # included, cost at most ``budget`` of the time the graph's calls took so far
         allowed = verify.within_budget(calls, s.spent + s.last_cost, s.call_seconds, self.budget)
@@ -217,7 +214,7 @@ class Guard:
             s.next = allowed
             return False
         s.next = verify.next_scheduled(calls)
-        return "scheduled"
+        return SCHEDULED
 
     def _demote(self, reason: str, args: Sequence[Any] | None) -> Any:
         """Stop using the chosen backend for this graph; answer ``args`` (if given) with the next candidate."""

@@ -46,9 +46,9 @@ from typing import Any
 import torch
 
 DEFAULT_MODELS = "mlp,pointwise,resnet,attention,bert"
-#: what a call is timed by: this thread's CPU time (the time other jobs take from it is left out), or,
-#: with ``--clock wall``, the wall clock (what the user waits, the worker's contention included)
-CLOCK = [time.thread_time]
+#: what a call is timed by (``--clock``): this thread's CPU time (the time other jobs take from it is left
+#: out), or the wall clock (what the user waits, a check's worker's contention included)
+CLOCKS = {"thread": time.thread_time, "wall": time.perf_counter}
 WINDOWS = (10, 100, 1000)
 
 
@@ -99,12 +99,13 @@ def _checks(guards: list[Any]) -> int:
     return sum(int(getattr(g, "checks", 0)) for g in guards)
 
 
-def _interleaved(fn: Any, args: tuple, calls: int, guards: list[Any], states: dict[str, list[dict[str, Any]]]) -> Any:
+def _interleaved(
+    fn: Any, args: tuple, calls: int, guards: list[Any], states: dict[str, list[dict[str, Any]]], perf: Any
+) -> Any:
     """``calls`` calls of each state, alternating call by call (fresh, steady, steady, fresh, ...): each
     guard is given the state's own dict before the call and leaves its changes there after it."""
     times: dict[str, list[float]] = {k: [] for k in states}
     checked: list[int] = []
-    perf = CLOCK[0]
     for i in range(calls):
         for which in ("fresh", "steady") if i % 2 == 0 else ("steady", "fresh"):
             mine = states[which]
@@ -121,11 +122,12 @@ def _interleaved(fn: Any, args: tuple, calls: int, guards: list[Any], states: di
     return times["fresh"], times["steady"], checked
 
 
-def measure(name: str, batch: int, rounds: int, calls: int) -> dict[str, Any]:
+def measure(name: str, batch: int, rounds: int, calls: int, clock: str = "thread") -> dict[str, Any]:
     import torchmux
     from torchmux.autotune import verify
     from torchmux.bench import zoo
 
+    perf = CLOCKS[clock]
     model, args = zoo.build(name, batch=batch)
     model.eval()
     with torch.no_grad():
@@ -138,19 +140,19 @@ def measure(name: str, batch: int, rounds: int, calls: int) -> dict[str, Any]:
         far = _far(guards, pristine)
         for _ in range(20):  # eager warm
             model(*args)
-        t0 = CLOCK[0]()
+        t0 = perf()
         for _ in range(50):
             model(*args)
-        eager = (CLOCK[0]() - t0) / 50
+        eager = (perf() - t0) / 50
         # eager beside the backend: each eager call after a call of the compiled model (in its steady
         # state), so that the caches hold what the backend left there, as a check's reference finds them
         _restore(guards, far)
         beside = []
         for _ in range(50):
             compiled(*args)
-            t0 = CLOCK[0]()
+            t0 = perf()
             model(*args)
-            beside.append(CLOCK[0]() - t0)
+            beside.append(perf() - t0)
         eager_beside = statistics.median(beside)
         fresh_runs: list[list[float]] = []
         steady_runs: list[list[float]] = []
@@ -158,7 +160,7 @@ def measure(name: str, batch: int, rounds: int, calls: int) -> dict[str, Any]:
         whole: list[float] = []  # each round's checks' whole work (this thread's and the worker's) per check
         for _ in range(rounds):
             states = {"fresh": _snapshot_of(pristine), "steady": _snapshot_of(far)}
-            fresh, steady, checked = _interleaved(compiled, args, calls, guards, states)
+            fresh, steady, checked = _interleaved(compiled, args, calls, guards, states, perf)
             verify.settle_checks()
             made = sum(st["s"].checks for st in states["fresh"]) - sum(st["s"].checks for st in pristine)
             if made:
@@ -207,9 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--calls", type=int, default=1000)
-    p.add_argument("--clock", choices=("thread", "wall"), default="thread", help="what a call is timed by")
+    p.add_argument("--clock", choices=tuple(CLOCKS), default="thread", help="what a call is timed by")
     a = p.parse_args(argv)
-    CLOCK[0] = time.perf_counter if a.clock == "wall" else time.thread_time
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
     print(
@@ -225,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     from torchmux.bench.zoo import ZOO
 
     for name in list(ZOO) if a.models == "all" else a.models.split(","):
-        r = measure(name, a.batch_size, a.rounds, a.calls)
+        r = measure(name, a.batch_size, a.rounds, a.calls, a.clock)
         cells = [
             f"{r[f'first{w}'][0]:.3f} [{r[f'first{w}'][1]:.2f}-{r[f'first{w}'][2]:.2f}]" if f"first{w}" in r else "-"
             for w in WINDOWS

@@ -46,7 +46,6 @@ from typing import Any
 
 import torch
 
-from . import runtime as rt
 from .analysis import RT, Context, located
 
 _VARIABLE = torch.autograd.Variable
@@ -222,9 +221,11 @@ def modern_applies(fdef: ast.FunctionDef, ctx: Context) -> None:
         made = modern_function(owner)
         if made is None:
             continue
-        cls, what, notes, wide = made
-        note = ctx.note(call, f"{owner.__name__}.{what}", wide=wide)
-        ctx.notes.extend(notes)  # the mended forward's own rewrites, reported with this frame's
+        cls, what, notes = made
+        note = ctx.note(call, f"{owner.__name__}.{what}")
+        ctx.notes.extend(
+            notes
+        )  # the mended forward's own rewrites (each with its own span and kind), with this frame's
         name = ctx.fresh("modern_")
         ctx.injected[name] = cls
         test = ast.Call(ast.Attribute(ast.Name(RT, ast.Load()), "tracing", ast.Load()), [ast.Constant(note)], [])
@@ -235,12 +236,12 @@ def modern_applies(fdef: ast.FunctionDef, ctx: Context) -> None:
         setattr(holder, field_, located(ast.copy_location(ast.IfExp(test, modern, swapped), swapped), call))
 
 
-_MODERN: dict[type, tuple[type, str, list[int], bool] | None] = {}
+_MODERN: dict[type, tuple[type, str, list[int]] | None] = {}
 
 
-def modern_function(owner: type) -> tuple[type, str, list[int], bool] | None:
+def modern_function(owner: type) -> tuple[type, str, list[int]] | None:
     """The subclass of the ``autograd.Function`` ``owner`` that Dynamo traces in its stead, what it
-    changes, the notes of its mended ``forward`` and whether a value changes kind; or None where it
+    changes and the notes of its mended ``forward``; or None where it
     changes nothing. Its ``backward`` reads ``saved_tensors`` where ``owner``'s reads
     ``<ctx>.saved_variables`` (``<ctx>`` its first parameter; not where it has no source or needs a
     closure: a class made inside a function, a zero-argument ``super()``); its ``forward`` is ``owner``'s
@@ -279,7 +280,7 @@ def modern_function(owner: type) -> tuple[type, str, list[int], bool] | None:
                 (owner,),
                 {**body, "__module__": owner.__module__, "__qualname__": owner.__qualname__},
             )
-            made = (cls, "; ".join(what), notes, any(rt.SPANS.get(k, ("", 0, 0, False))[3] for k in notes))
+            made = (cls, "; ".join(what), notes)
     _MODERN[owner] = made
     return made
 
