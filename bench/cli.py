@@ -217,7 +217,7 @@ def resolve_systems(spec: str, device: str) -> tuple[list[str], dict[str, str]]:
             if name == INDUCTOR_CUDAGRAPHS and device != "cuda":
                 skipped[name] = f"CUDA graphs need --device cuda (on {device} it is {INDUCTOR})"
                 continue
-            if name in (AUTO_SPLIT, INDUCTOR_FREEZING, ONNX_EXPORT, AOTI):
+            if name in (AUTO_SPLIT, INDUCTOR_FREEZING, INDUCTOR_CUDAGRAPHS, ONNX_EXPORT, AOTI):
                 wanted.append(name)
                 continue
             if name.startswith(EXPORT):  # torchmux-export:<backend> or torchmux-export:auto

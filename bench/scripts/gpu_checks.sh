@@ -1,10 +1,10 @@
 #!/bin/bash
-# The GPU machine's checks in one run: the `gpu`-marked tests, the Triton bandwidth figures and the bench
-# on CUDA. Run from the repository root on a machine with a CUDA GPU and PyTorch, Triton and pluggy
+# The GPU machine's checks in one run: the Triton bandwidth figures, the bench on CUDA (alone on the machine,
+# it is timed), then the `gpu`-marked tests with the AOTInductor probe beside them. Run from the repository root on a machine with a CUDA GPU and PyTorch, Triton and pluggy
 # installed (nothing is fetched): logs go to $OUT (default ./gpu-out), one file per step, and the bench's
 # folder as bench.tar.gz. Each step has its own time limit so that one that hangs leaves the others.
 #
-#   OUT=/tmp/gpu [STEPS="bandwidth tests bench aoti"] [SYSTEMS=...] [BATCH=1,8] [DEVICE=cuda] [LATENCY=per-system] bash bench/scripts/gpu_checks.sh [tests-seconds] [bench-seconds] [bench models]
+#   OUT=/tmp/gpu [STEPS="bandwidth bench tests aoti"] [AOTI_VARIANTS=docs,no_grad,constants_outside] [SYSTEMS=...] [BATCH=1,8] [DEVICE=cuda] [LATENCY=per-system] bash bench/scripts/gpu_checks.sh [tests-seconds] [bench-seconds] [bench models]
 #
 # Each failing test is written to $OUT/fails.txt as it fails (tests/conftest.py, TORCHMUX_FAIL_LOG).
 # At most eight files come back from a device call: steps, env, bandwidth, tests, fails, bench.txt,
@@ -17,10 +17,11 @@ T_TESTS=${1:-150}
 T_BENCH=${2:-150}
 MODELS=${3:-mlp,resnet,bert}
 PY=${PY:-python3}
-STEPS=${STEPS:-bandwidth tests bench aoti}
+STEPS=${STEPS:-bandwidth bench tests aoti}
 # aoti: AOTInductor as its docs show, each variant in a child with faulthandler (bench/scripts/aoti_probe.py):
 # where the bench's `aoti` system dies of SIGSEGV on CUDA; AOTI_SECONDS is each variant's limit
 AOTI_SECONDS=${AOTI_SECONDS:-100}
+AOTI_VARIANTS=${AOTI_VARIANTS:-docs,no_grad,constants_outside}
 BATCH=${BATCH:-1,8}
 DEVICE=${DEVICE:-cuda}
 # each system timed in a process of its own: one that crashes (AOTInductor as its docs show died of SIGSEGV on
@@ -42,14 +43,6 @@ timeout 90 $PY -m torchmux.bench.scripts.triton_bandwidth --rows 8192 --cols 409
 echo "rc=$?" >>"$OUT/bandwidth.txt" ;;
 esac
 
-case " $STEPS " in *" tests "*)
-step tests
-N=$(( $(nproc) > 15 ? 14 : $(nproc) ))
-TORCHMUX_FAIL_LOG="$OUT/fails.txt" timeout "$T_TESTS" $PY -m pytest -q -p no:randomly -p no:cacheprovider -p no:benchmark -m gpu -n "$N" --timeout 120 -rfE \
-    tests/api/test_gpu.py tests/backends tests/conformance tests/bench >"$OUT/tests.txt" 2>&1
-echo "rc=$?" >>"$OUT/tests.txt" ;;
-esac
-
 case " $STEPS " in *" bench "*)
 step bench
 timeout "$T_BENCH" $PY -m torchmux bench --device "$DEVICE" --models "$MODELS" --batch-size "$BATCH" --latency-only --rounds 10 \
@@ -60,7 +53,18 @@ tar czf "$OUT/bench.tar.gz" -C "$OUT" bench 2>/dev/null && rm -rf "$OUT/bench" ;
 esac
 case " $STEPS " in *" aoti "*)
 step aoti_probe
-$PY -m torchmux.bench.scripts.aoti_probe --device "$DEVICE" --out "${TMPDIR:-/tmp}/aoti-probe" --seconds "$AOTI_SECONDS" >"$OUT/aoti.txt" 2>&1
-echo "rc=$?" >>"$OUT/aoti.txt" ;;
+# beside the tests (neither is timed): the probe's compiles take minutes on their own
+$PY -m torchmux.bench.scripts.aoti_probe --device "$DEVICE" --out "${TMPDIR:-/tmp}/aoti-probe" --seconds "$AOTI_SECONDS" \
+    --variants "$AOTI_VARIANTS" >"$OUT/aoti.txt" 2>&1 &
+AOTI_PID=$! ;;
 esac
+case " $STEPS " in *" tests "*)
+step tests
+N=$(( $(nproc) > 15 ? 14 : $(nproc) ))
+TORCHMUX_FAIL_LOG="$OUT/fails.txt" timeout "$T_TESTS" $PY -m pytest -q -p no:randomly -p no:cacheprovider -p no:benchmark -m gpu -n "$N" --timeout 120 -rfE \
+    tests/api/test_gpu.py tests/backends tests/conformance tests/bench >"$OUT/tests.txt" 2>&1
+echo "rc=$?" >>"$OUT/tests.txt" ;;
+esac
+
+[ -n "${AOTI_PID:-}" ] && { wait "$AOTI_PID"; echo "rc=$?" >>"$OUT/aoti.txt"; }
 step done

@@ -420,7 +420,7 @@ def test_outside_systems_are_in_the_default_set_and_the_export_system_runs() -> 
 
 
 def test_reduce_overhead_is_a_cuda_contender_and_left_out_on_a_cpu_with_its_reason() -> None:
-    """torch.compile(mode="reduce-overhead") (CUDA graphs) is in the default set on CUDA; named on a CPU it
+    """torch.compile(mode="reduce-overhead") (CUDA graphs) is in the default set on CUDA and runs when named there; named on a CPU it
     is left out with a reason rather than run as plain Inductor under another name."""
     cuda, _ = bench.resolve_systems("default", "cuda")
     cpu, _ = bench.resolve_systems("default", "cpu")
@@ -428,6 +428,9 @@ def test_reduce_overhead_is_a_cuda_contender_and_left_out_on_a_cpu_with_its_reas
     systems, skipped = bench.resolve_systems("eager,inductor-reduce-overhead", "cpu")
     assert systems == ["eager"]
     assert "--device cuda" in skipped["inductor-reduce-overhead"]
+    # named on CUDA it runs (it was refused as 'not a system' there until the H200 run of 2026-11-27)
+    systems, skipped = bench.resolve_systems("eager,inductor-reduce-overhead", "cuda")
+    assert systems == ["eager", "inductor-reduce-overhead"] and not skipped
 
 
 @pytest.mark.gpu
