@@ -79,18 +79,19 @@ def compile(
     trusted = [b for b in config.backends if config.isolation == "off" or not isolate.wanted(b, "third-party")]
     prepare_in_background(trusted, _device_of(model))
     retry = None
-    rewrites = None
+    rewrites = switched = None
     if config.get("mend"):  # remove graph breaks from the source first (frontends/mend/)
-        from ..frontends.mend import cond_refusals, cond_refused, mend, scoped, tracing
+        from ..frontends.mend import TraceSwitches, cond_refusals, cond_refused, mend, scoped
 
         model, rewrites = mend(model)
+        switched = TraceSwitches()  # the verdict turns them off for this module where they broke more
     dynamo_backend = shared_backend(config)
     compiled = torch.compile(model, backend=dynamo_backend, fullgraph=fullgraph, dynamic=dynamic)
     # torchmux's Dynamo options (and the mend pass's switches) while Dynamo traces (frontends/dynamo.py);
     # first: it rebuilds compiled.forward. Where it cannot, the switches go around each call
     traced = isinstance(compiled, torch.nn.Module) and while_tracing(
         compiled,
-        tracing if config.get("mend") else None,
+        switched if config.get("mend") else None,
         suppress=not fullgraph,  # a frame Dynamo fails on runs as plain Python, with a warning
         handled=cond_refusals if config.get("mend") else None,  # the entry below retries those
     )
@@ -103,8 +104,9 @@ def compile(
     if isinstance(compiled, torch.nn.Module):
         use = config.get("replay") and Replay.available() and isinstance(model, torch.nn.Module)
         replay = Replay(model, dynamo_backend) if use else None  # type: ignore[arg-type]  # a Module, as tested
-        mended = rewrites is not None and rewrites.keys and isinstance(model, torch.nn.Module)
-        judge = _Verdict(model, rewrites, dynamo_backend) if mended else None  # type: ignore[arg-type]  # a Module
+        # judged where the mend pass ran on a module: its rewrites, and the switches set while it traces
+        mended = rewrites is not None and (rewrites.keys or traced) and isinstance(model, torch.nn.Module)
+        judge = _Verdict(model, rewrites, dynamo_backend, switched) if mended else None  # type: ignore[arg-type]  # a Module
         compiled.forward = _entry(compiled.forward, model.forward, retry, fullgraph, replay, judge)  # type: ignore[union-attr]
         return compiled
     return functools.wraps(model)(_entry(compiled, model, retry, fullgraph))
@@ -189,13 +191,16 @@ class _Verdict:
     call only); where its breaks leave in doubt whether the code as written would break less, both are
     captured again on copies of the module and inputs (eager backend, output silenced, Dynamo's caches
     left alone) and compared (:func:`~torchmux.api.explain.verdict_of`). A revert puts the user's own
-    methods back on the module (``unmend``): the next call captures the code as written. The first
-    call's answer is the rewritten code's, which computes the same values. In a distributed run (a
+    methods back on the module (``unmend``), turns the mend pass's switches off for it (``switched``,
+    what ``while_tracing`` sets while Dynamo traces it) and drops Dynamo's graphs of the first call's
+    trace (``TracedSince``: its guards do not test the switches): the next call captures the code as
+    written, as Dynamo alone would. The first call's answer is the mended code's, which computes the same
+    values. In a distributed run (a
     process group initialized), or for a module over :data:`VERDICT_COPY_BYTES`, the rewrites are kept
     without a verdict."""
 
-    def __init__(self, model: torch.nn.Module, rewrites: Any, backend: TorchmuxDynamoBackend) -> None:
-        self.model, self.rewrites, self.backend = model, rewrites, backend
+    def __init__(self, model: torch.nn.Module, rewrites: Any, backend: TorchmuxDynamoBackend, switched: Any) -> None:
+        self.model, self.rewrites, self.backend, self.switched = model, rewrites, backend, switched
         self.reverted: list[str] = []  # why, then each rewrite that was taken back
 
     def first(self, call: Callable[[], Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -207,7 +212,7 @@ class _Verdict:
         held = sum(t.numel() * t.element_size() for t in itertools.chain(self.model.parameters(), self.model.buffers()))
         if held > VERDICT_COPY_BYTES:  # a copy of a large model could take the memory the program needs
             return call()
-        from ..frontends.dynamo import SUPPRESSED, Recorder
+        from ..frontends.dynamo import SUPPRESSED, Recorder, TracedSince
         from ..frontends.mend import unmend
         from .explain import _unsupported_now, verdict_of
 
@@ -216,6 +221,7 @@ class _Verdict:
         recorder.suppressed_before = len(SUPPRESSED)  # type: ignore[attr-defined]
         recorder.entry = self.model  # type: ignore[attr-defined]
         previous, self.backend.recorder = self.backend.recorder, recorder
+        traced = TracedSince()
         try:
             out = call()
         finally:
@@ -224,6 +230,9 @@ class _Verdict:
         if why:
             self.reverted = [why, *self.rewrites.applied]
             unmend(self.model)
+            self.switched.on = False
+            forward = getattr(type(self.model).forward, "__code__", None)  # traced before, by another instance
+            traced.forget(*([forward] if forward is not None else []))
             if settings.VERBOSE.get():
                 print(f"[torchmux] the mend pass's rewrites were not kept: {why}", file=sys.stderr)
         return out

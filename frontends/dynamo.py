@@ -18,6 +18,7 @@ nothing of placement or backends: it hands each normalized graph to ``place`` an
 from __future__ import annotations
 
 import contextvars
+import types
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -325,6 +326,30 @@ def while_tracing(
     ctx.callback = traced
     rebuild()  # the forward Dynamo built holds the callback it was built with: build it on ours
     return True
+
+
+class TracedSince:
+    """The code objects Dynamo traces from its making on (Dynamo's own trackers of the frames it
+    translated and the code it emitted, resume functions included), and :meth:`forget`, which drops
+    their cached graphs: the next call of such code is traced again. compile()'s verdict uses it when it
+    turns the mend pass's switches off for a module, whose first call was traced under them (Dynamo's
+    guards do not test its options, so its cached graphs would be kept)."""
+
+    def __init__(self) -> None:
+        from torch._dynamo import convert_frame
+
+        self._trackers = (convert_frame.input_codes, convert_frame.output_codes)
+        self._marks = [len(t.seen) for t in self._trackers]
+
+    def forget(self, *also: types.CodeType) -> int:
+        """Drop the cached graphs of every code traced since, and of ``also``; how many codes."""
+        from torch._C._dynamo.eval_frame import reset_code
+
+        codes = [ref() for t, mark in zip(self._trackers, self._marks) for ref in t.seen[min(mark, len(t.seen)) :]]
+        dropped = {id(c): c for c in [*codes, *also] if c is not None}
+        for code in dropped.values():
+            reset_code(code)
+        return len(dropped)
 
 
 class _RecompileLimitWatch:

@@ -1,11 +1,12 @@
 """The mend pass, as a package: the algorithm is described in :mod:`.pipeline`."""
 
 from .pipeline import Mended, Rewrites, mend, mend_function, mended, source_of, unmend
-from .switches import cond_refusals, cond_refused, scoped, tracing
+from .switches import TraceSwitches, cond_refusals, cond_refused, scoped, tracing
 
 __all__ = [
     "Mended",
     "Rewrites",
+    "TraceSwitches",
     "cond_refusals",
     "cond_refused",
     "mend",

@@ -115,6 +115,21 @@ def tracing() -> switches:
     return switches()
 
 
+class TraceSwitches:
+    """One compiled module's :func:`tracing`, for ``while_tracing``'s ``extra``: the switches while
+    ``on``. compile()'s verdict (``api/compile.py`` ``_Verdict``) turns them off for that module where its
+    capture broke more than the code as written does under Dynamo's own options (``verdict.switched``):
+    the module's later traces are then Dynamo's own, as the verdict measured them."""
+
+    __slots__ = ("on",)
+
+    def __init__(self) -> None:
+        self.on = True
+
+    def __call__(self) -> switches | None:
+        return switches() if self.on else None
+
+
 def scoped(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` run under :func:`switches` (and ``frontends.dynamo.no_guard_profile``, as ``while_tracing``
     sets it), with the retry for ``torch.cond`` (:func:`cond_refused`). A compiled ``nn.Module`` whose

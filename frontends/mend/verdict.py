@@ -8,17 +8,26 @@ capture, so the second capture is taken only where the first one leaves the ques
 - **no break, no skipped frame**: the rewritten capture is one graph, and the original cannot have
   fewer breaks (Dynamo's own switches are the same for both);
 - **no rewrite fired** while Dynamo traced (every runtime guard chose the user's statements): Dynamo
-  traced the user's code, nothing to revert;
+  traced the user's code, nothing to revert, unless a break is one of :func:`switched`'s;
 - **every break is outside the rewritten statements** (its innermost user frame is not in a span a
   fired rewrite replaced, nor in the mend pass's own runtime) and no fired rewrite is *wide* (gives a
   value of another kind than the user's code, read after its statement: ``Variable(t)`` ->
   ``t.detach()`` is not a leaf): each such break is Dynamo's on the user's own statements, which the
   original capture meets too (a rewrite only replaces its own statement, with values of the same kind).
 
-Otherwise (a break inside rewritten code, the mend runtime's own data-dependent break, or any break
-with a wide rewrite fired) both are measured: the caller captures the user's code (``explain`` does it
+Otherwise (a break inside rewritten code, the mend runtime's own data-dependent break, any break with
+a wide rewrite fired, or a break :func:`switched` names) both are measured: the caller captures the user's code (``explain`` does it
 on copies of the model and inputs, so the user's module and random state are untouched, its prints
 and warnings silenced) and :func:`keep` decides; a revert is reported with its reason.
+
+**The switches are judged too.** The mend pass also sets Dynamo's own options (``switches.py``:
+``capture_scalar_outputs`` and its kin), and they can add a break to code no rewrite touched: with
+``.item()`` kept in the graph, an ``if`` on its value breaks *after* it (a graph, then a break), where
+the code as written breaks at the ``.item()`` itself before any op (one graph, no break counted):
+ParityBench's Glow ``ActNorm`` (``if self.initialized.item() == 0:`` first in ``forward``). A break on a
+data-dependent value (:func:`switched`) is therefore in doubt whatever fired, and a revert in
+``compile()`` turns the switches off for that module as well and drops Dynamo's graphs of its first
+trace (``frontends/dynamo.py`` ``TracedSince``), so its next call is traced as the verdict measured.
 """
 
 from __future__ import annotations
@@ -69,12 +78,22 @@ def in_doubt(stacks: Iterable[list[tuple[str, int]]], keys: Iterable[int]) -> bo
     return False
 
 
+#: what Dynamo says of a break on a value only the switches keep in the graph (an unbacked ``.item()``,
+#: a data-dependent size), where the code as written would have broken earlier, at the value's making
+SWITCHED_BREAKS = ("data-dependent", "data dependent", "unbacked")
+
+
+def switched(reasons: Iterable[str]) -> bool:
+    """Whether a break with one of these reasons may be the switches' own (:data:`SWITCHED_BREAKS`)."""
+    return any(marker in r.lower() for r in reasons for marker in SWITCHED_BREAKS)
+
+
 def keep(rewritten: Capture, original: Capture, timed: bool = True) -> str:
     """ "" to keep the rewritten capture, else why the user's code is captured as written. ``timed`` False:
     the rewritten capture was the process's first, whose seconds hold Dynamo's one-time imports (seconds
     of them): its time says nothing of the rewrites, and only the breaks are compared."""
     if rewritten.breaks > original.breaks:
-        return f"the rewritten code broke {rewritten.breaks} times, the code as written {original.breaks}"
+        return f"the mended code (its rewrites and switches) broke {rewritten.breaks} times, the code as written {original.breaks}"
     if timed and rewritten.seconds > 2 * original.seconds:
         return (
             f"the rewritten capture took {rewritten.seconds:.2f} s, over twice the "

@@ -262,3 +262,72 @@ def test_random_crop_is_one_graph_drawing_pythons_numbers(width: int) -> None:
         got = compiled(x)
         random.seed(seed)
         torch.testing.assert_close(got, _RandomCrop(4)(x), rtol=0, atol=0)
+
+
+class _ActNorm(nn.Module):
+    """ParityBench's Glow ``ActNorm`` (rosinality/glow-pytorch): a data-dependent first-call initialization
+    on ``.item()``, first in ``forward``. Dynamo breaks at the ``.item()``, before any op (one graph, no
+    break counted); under the mend pass's ``capture_scalar_outputs`` the ``.item()`` enters a graph and the
+    ``if`` on it breaks after (two graphs, one break). No rewrite fires: the switches alone did it."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.loc = nn.Parameter(torch.zeros(1, channels, 1, 1))
+        self.scale = nn.Parameter(torch.ones(1, channels, 1, 1))
+        self.register_buffer("initialized", torch.tensor(0, dtype=torch.uint8))
+
+    def initialize(self, x: torch.Tensor) -> None:
+        with torch.no_grad():
+            flat = x.permute(1, 0, 2, 3).contiguous().view(x.shape[1], -1)
+            self.loc.data.copy_(-flat.mean(1).view(1, -1, 1, 1))
+            self.scale.data.copy_(1 / (flat.std(1).view(1, -1, 1, 1) + 1e-6))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        _, _, height, width = x.shape
+        if self.initialized.item() == 0:
+            self.initialize(x)
+            self.initialized.fill_(1)
+        logdet = height * width * torch.sum(torch.log(torch.abs(self.scale)))
+        return self.scale * (x + self.loc), logdet
+
+
+def test_switches_that_break_where_dynamo_did_not_are_judged_and_turned_off() -> None:
+    """The mend pass's switches are judged like its rewrites (``verdict.switched``): explain reports the
+    capture of the code as written (one graph, as Dynamo), saying why; ``torchmux.compile`` turns the
+    switches off for the module after its first call and drops that call's graphs, so its second call is
+    captured as Dynamo captures it (one graph) and nothing after; eager's answers and first-call
+    initialization throughout."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+    from torch._dynamo.utils import counters
+
+    x = torch.rand(4, 3, 5, 5)
+    plain, report = explain(_ActNorm(3), x, mend=False), explain(_ActNorm(3), x)
+    assert (plain.graph_count, plain.graph_break_count) == (1, 0)
+    assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
+    assert "broke 1 times, the code as written 0" in report.reverted[0]
+
+    model, reference = _ActNorm(3), _ActNorm(3)
+    compiled = torchmux.compile(model, backend="eager")
+    new_graphs = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(4):
+            before = counters["stats"]["unique_graphs"]
+            torch.testing.assert_close(compiled(x), reference(x))
+            new_graphs.append(counters["stats"]["unique_graphs"] - before)
+    assert new_graphs[1:] == [1, 0, 0], new_graphs  # traced again once, nothing after
+    # as written: the forward breaks at the .item() before any op (no graph of its own, as under Dynamo
+    # alone); under the switches it ran a graph holding the .item(), then broke at the if
+    entries = _debug_get_cache_entry_list(_ActNorm.forward.__code__)
+    assert entries and not any("__compiled_fn" in n for e in entries for n in e.code.co_names)
+    torch.testing.assert_close(model.scale, reference.scale)  # initialized once, from the first call's data
+    assert int(model.initialized) == 1
+
+
+def test_a_break_on_a_data_dependent_value_may_be_the_switches() -> None:
+    assert verdict.switched(
+        ["generic_jump SymNodeVariable() ... Could not guard on data-dependent expression Eq(u0, 0)"]
+    )
+    assert verdict.switched(["Data-dependent branching"])
+    assert not verdict.switched(["call_function UserDefinedObjectVariable(print)", "Unsupported: setattr()"])
+    assert not verdict.switched([])
