@@ -195,9 +195,8 @@ class _Verdict:
     what ``while_tracing`` sets while Dynamo traces it) and drops Dynamo's graphs of the first call's
     trace (``TracedSince``: its guards do not test the switches): the next call captures the code as
     written, as Dynamo alone would. The first call's answer is the mended code's, which computes the same
-    values. In a distributed run (a
-    process group initialized), or for a module over :data:`VERDICT_COPY_BYTES`, the rewrites are kept
-    without a verdict."""
+    values. In a distributed run (a process group initialized), or for a module over
+    :data:`VERDICT_COPY_BYTES`, the rewrites and switches are kept without a verdict."""
 
     def __init__(self, model: torch.nn.Module, rewrites: Any, backend: TorchmuxDynamoBackend, switched: Any) -> None:
         self.model, self.rewrites, self.backend, self.switched = model, rewrites, backend, switched
@@ -234,7 +233,7 @@ class _Verdict:
             forward = getattr(type(self.model).forward, "__code__", None)  # traced before, by another instance
             traced.forget(*([forward] if forward is not None else []))
             if settings.VERBOSE.get():
-                print(f"[torchmux] the mend pass's rewrites were not kept: {why}", file=sys.stderr)
+                print(f"[torchmux] the mend pass (rewrites and switches) was not kept: {why}", file=sys.stderr)
         return out
 
 

@@ -6,7 +6,7 @@ capture, so the second capture is taken only where the first one leaves the ques
 (:func:`in_doubt`); everywhere else the answer follows from the first capture alone:
 
 - **no break, no skipped frame**: the rewritten capture is one graph, and the original cannot have
-  fewer breaks (Dynamo's own switches are the same for both);
+  fewer breaks;
 - **no rewrite fired** while Dynamo traced (every runtime guard chose the user's statements): Dynamo
   traced the user's code, nothing to revert, unless a break is one of :func:`switched`'s;
 - **every break is outside the rewritten statements** (its innermost user frame is not in a span a
@@ -16,9 +16,10 @@ capture, so the second capture is taken only where the first one leaves the ques
   original capture meets too (a rewrite only replaces its own statement, with values of the same kind).
 
 Otherwise (a break inside rewritten code, the mend runtime's own data-dependent break, any break with
-a wide rewrite fired, or a break :func:`switched` names) both are measured: the caller captures the user's code (``explain`` does it
-on copies of the model and inputs, so the user's module and random state are untouched, its prints
-and warnings silenced) and :func:`keep` decides; a revert is reported with its reason.
+a wide rewrite fired, or a break :func:`switched` names) both are measured: the caller captures the
+user's code without the mend pass's switches (``explain`` does it on copies of the model and inputs, so
+the user's module and random state are untouched, its prints and warnings silenced) and :func:`keep`
+decides; a revert is reported with its reason.
 
 **The switches are judged too.** The mend pass also sets Dynamo's own options (``switches.py``:
 ``capture_scalar_outputs`` and its kin), and they can add a break to code no rewrite touched: with
