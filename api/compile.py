@@ -91,7 +91,7 @@ def compile(
     # first: it rebuilds compiled.forward. Where it cannot, the switches go around each call
     traced = isinstance(compiled, torch.nn.Module) and while_tracing(
         compiled,
-        switched if config.get("mend") else None,
+        switched,
         suppress=not fullgraph,  # a frame Dynamo fails on runs as plain Python, with a warning
         handled=cond_refusals if config.get("mend") else None,  # the entry below retries those
     )

@@ -297,10 +297,8 @@ def capture(
     finally:
         torch._dynamo.reset()
     result = report(recorder)
-    if not mend or not (
-        verdict.in_doubt(_break_stacks(recorder, result.not_captured), rewrites.keys)
-        or verdict.switched(r.reason for r in result.break_reasons)
-    ):
+    stacks = _break_stacks(recorder, result.not_captured)
+    if not mend or not verdict.in_doubt(stacks, rewrites.keys, [r.reason for r in result.break_reasons]):
         return out, result
     try:
         original, original_seconds = _capture_copy(model, args, kwargs, mend=False)  # its breaks and time only
@@ -333,7 +331,7 @@ def verdict_of(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], record
 
     reasons = break_reasons_of(recorder.graphs)
     stacks = _break_stacks(recorder, not_captured(recorder, reasons))
-    if not (verdict.in_doubt(stacks, rewrites.keys) or verdict.switched(r.reason for r in reasons)):
+    if not verdict.in_doubt(stacks, rewrites.keys, [r.reason for r in reasons]):
         return ""
     captures = []
     try:

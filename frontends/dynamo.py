@@ -341,15 +341,14 @@ class TracedSince:
         self._trackers = (convert_frame.input_codes, convert_frame.output_codes)
         self._marks = [len(t.seen) for t in self._trackers]
 
-    def forget(self, *also: types.CodeType) -> int:
-        """Drop the cached graphs of every code traced since, and of ``also``; how many codes."""
+    def forget(self, *also: types.CodeType) -> None:
+        """Drop the cached graphs of every code traced since, and of ``also``."""
         from torch._C._dynamo.eval_frame import reset_code
 
         codes = [ref() for t, mark in zip(self._trackers, self._marks) for ref in t.seen[min(mark, len(t.seen)) :]]
         dropped = {id(c): c for c in [*codes, *also] if c is not None}
         for code in dropped.values():
             reset_code(code)
-        return len(dropped)
 
 
 class _RecompileLimitWatch:

@@ -223,9 +223,8 @@ def modern_applies(fdef: ast.FunctionDef, ctx: Context) -> None:
             continue
         cls, what, notes = made
         note = ctx.note(call, f"{owner.__name__}.{what}")
-        ctx.notes.extend(
-            notes
-        )  # the mended forward's own rewrites (each with its own span and kind), with this frame's
+        # the mended forward's own rewrites (each with its own span and kind), reported with this frame's
+        ctx.notes.extend(notes)
         name = ctx.fresh("modern_")
         ctx.injected[name] = cls
         test = ast.Call(ast.Attribute(ast.Name(RT, ast.Load()), "tracing", ast.Load()), [ast.Constant(note)], [])

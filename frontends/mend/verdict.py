@@ -7,8 +7,8 @@ capture, so the second capture is taken only where the first one leaves the ques
 
 - **no break, no skipped frame**: the rewritten capture is one graph, and the original cannot have
   fewer breaks;
-- **no rewrite fired** while Dynamo traced (every runtime guard chose the user's statements): Dynamo
-  traced the user's code, nothing to revert, unless a break is one of :func:`switched`'s;
+- **no rewrite fired** while Dynamo traced (every runtime guard chose the user's statements) and no
+  break is one of :func:`switched`'s: Dynamo traced the user's code, nothing to revert;
 - **every break is outside the rewritten statements** (its innermost user frame is not in a span a
   fired rewrite replaced, nor in the mend pass's own runtime) and no fired rewrite is *wide* (gives a
   value of another kind than the user's code, read after its statement: ``Variable(t)`` ->
@@ -56,10 +56,13 @@ class Capture:
     seconds: float
 
 
-def in_doubt(stacks: Iterable[list[tuple[str, int]]], keys: Iterable[int]) -> bool:
+def in_doubt(stacks: Iterable[list[tuple[str, int]]], keys: Iterable[int], reasons: Iterable[str] = ()) -> bool:
     """Whether a capture whose breaks had these frame stacks (each ``[(file, line), ...]``, outermost
-    first; a skipped frame is a stack of one) may have more breaks than the user's code would give, the
-    rewrites ``keys`` applied (those Dynamo traced through are the ones that count)."""
+    first; a skipped frame is a stack of one) and these ``reasons`` (Dynamo's, one per graph break) may
+    have more breaks than the user's code would give, the rewrites ``keys`` applied (those Dynamo traced
+    through are the ones that count) and the switches set (:func:`switched`)."""
+    if switched(reasons):
+        return True
     fired = [k for k in keys if k in rt.FIRED]
     stacks = [s for s in stacks if s]
     if not fired or not stacks:

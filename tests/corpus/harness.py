@@ -242,8 +242,8 @@ def capture_seconds(program: Any, use_mend: bool) -> float:
             for r in reasons
             if r is not None and getattr(r, "graph_break", False) and r.user_stack
         ]
-        switched = verdict.switched(r.reason for r in reasons if r is not None and getattr(r, "graph_break", False))
-        if use_mend and (verdict.in_doubt(stacks, rewrites.keys) or switched):
+        said = [r.reason for r in reasons if r is not None and getattr(r, "graph_break", False)]
+        if use_mend and verdict.in_doubt(stacks, rewrites.keys, said):
             torch._dynamo.reset()
             m, a, _ = verdict.copies(model, args, {})
             with verdict.shadowed():
