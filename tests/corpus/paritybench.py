@@ -10,7 +10,9 @@ call it with. Nothing of them is in this repository: clone ParityBench and point
 ``generated`` folder (or at any subset of its files).
 
 Each file runs in a child process of its own (research code may hang or crash the interpreter; a
-file that takes over ``--timeout`` seconds is counted as what it finished). For each module the child
+file that takes over ``--timeout`` seconds is counted as what it finished). A module that kills its
+child (a segfault, the kernel's out-of-memory killer) is counted as crashed and a new child goes on
+with the file's next module. For each module the child
 builds it in eval mode under a fixed seed, runs it eagerly twice, and then, like ``coverage.py``
 does for the corpus, captures it with ``torch._dynamo.explain`` and with torchmux's explain machinery
 (the mend pass on, its rewrites kept only where no worse than Dynamo's capture of the code as written:
@@ -213,8 +215,9 @@ def _with_keywords_class() -> type:
 _WithKeywords: Any = None
 
 
-def child(path: str, per_module_timeout: int) -> None:
-    """One JSON line per test case of the file at ``path``."""
+def child(path: str, per_module_timeout: int, first: int = 0) -> None:
+    """One JSON line per test case of the file at ``path``, from case ``first`` on; before each case a
+    line ``# <index> <name>`` (what the parent names when the case kills this process)."""
     global _WithKeywords
     sys.path.insert(0, HERE)
     import torch
@@ -233,7 +236,10 @@ def child(path: str, per_module_timeout: int) -> None:
     signal.signal(signal.SIGALRM, _on_alarm)
     warm = _case(module, -1, (torch.nn.Linear, lambda: ([2, 2], {}), lambda: ([torch.ones(1, 2)], {})))
     run(warm, "dynamo"), run(warm, "torchmux"), capture_pair(warm)  # the first capture pays one-time imports
-    for program in cases:
+    for index, program in enumerate(cases):
+        if index < first:
+            continue
+        print(f"# {index} {program.name}", flush=True)
         record: dict[str, Any] = {"repo": repo, "module": program.name}
         signal.alarm(per_module_timeout)
         try:
@@ -321,18 +327,34 @@ def _flat(out: Any) -> list[Any]:
 
 
 def _run_file(path: str, timeout: int, per_module_timeout: int) -> list[dict[str, Any]]:
+    """The file's records; where a case kills the child, that case is recorded as crashed and a new child
+    starts at the next one, within the file's ``timeout`` in all."""
     repo = os.path.splitext(os.path.basename(path))[0].removeprefix("test_")
+    records: list[dict[str, Any]] = []
     cmd = [sys.executable, os.path.abspath(__file__), "--child", path, "--module-timeout", str(per_module_timeout)]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=HERE)
-        out, tail = proc.stdout, ("" if proc.returncode == 0 else f"exit {proc.returncode}")
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        tail = "file timeout"
-    records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    if tail:  # what the child did not report: a crash or the file's time limit
-        records.append({"repo": repo, "module": "<rest of file>", "status": "crashed", "why": tail})
-    return records
+    deadline, first = time.monotonic() + timeout, 0
+    while True:
+        try:
+            left = max(1.0, deadline - time.monotonic())
+            proc = subprocess.run([*cmd, "--first", str(first)], capture_output=True, text=True, timeout=left, cwd=HERE)
+            out, tail = proc.stdout, ("" if proc.returncode == 0 else f"exit {proc.returncode}")
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+            tail = "file timeout"
+        lines = out.splitlines()
+        records += [json.loads(line) for line in lines if line.startswith("{")]
+        if not tail:
+            return records
+        started = [line.split(" ", 2) for line in lines if line.startswith("# ")]
+        done = {r["module"] for r in records}
+        last = started[-1] if started and started[-1][2] not in done else None
+        if last is None or tail == "file timeout":  # died outside a case, or out of time: the rest is lost
+            records.append(
+                {"repo": repo, "module": last[2] if last else "<rest of file>", "status": "crashed", "why": tail}
+            )
+            return records
+        records.append({"repo": repo, "module": last[2], "status": "crashed", "why": tail})
+        first = int(last[1]) + 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -346,9 +368,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write every module's record to this file (JSON lines)")
     parser.add_argument("--report", help="print the report of records a --json run wrote (JSON lines), measure nothing")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
     ns = parser.parse_args(argv)
     if ns.child:
-        child(ns.child, ns.module_timeout)
+        child(ns.child, ns.module_timeout, ns.first)
         return 0
     if ns.report:
         with open(ns.report) as f:

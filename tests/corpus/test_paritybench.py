@@ -3,7 +3,8 @@
 The two files here are written for this test in ParityBench's layouts (its newer ``TESTCASES`` list,
 and its older ``Test_*`` class whose methods hand a module to ``self._check``), with the header its
 generator writes: sibling modules aliased to the file, imports of packages this machine lacks, the
-helpers' config object. The runner measures each file in a child process, as it does real ones.
+helpers' config object. The runner measures each file in a child process, as it does real ones; a third
+file's first module kills its process, as the kernel's out-of-memory killer does.
 """
 
 from __future__ import annotations
@@ -111,3 +112,38 @@ def test_both_layouts_are_measured_and_what_cannot_run_is_left_out(tmp_path, cap
     assert "modules measured: 3; left out: {'build-fails': 1}" in report
     assert "2/3 66.7%" in report and "3/3 100.0%" in report  # Dynamo, torchmux: modules in one graph
     assert "1/2 50.0%" in report and "2/2 100.0%" in report  # repositories with every module in one graph
+
+
+KILLER = HEADER + textwrap.dedent("""
+    import os, signal
+
+    class Dies(nn.Module):
+        def __init__(self):
+            super().__init__()
+            os.kill(os.getpid(), signal.SIGKILL)  # what the kernel's out-of-memory killer does to a child
+
+
+    class After(nn.Module):
+        def forward(self, x):
+            return x.relu() + 1
+
+
+    TESTCASES = [
+        (Dies, lambda: ([], {}), lambda: ([torch.rand([2])], {}), False),
+        (After, lambda: ([], {}), lambda: ([torch.rand([2])], {}), True),
+    ]
+    """)
+
+
+def test_a_module_that_kills_its_process_costs_only_that_module(tmp_path) -> None:
+    (tmp_path / "test_someone_killer.py").write_text(KILLER)
+    out = tmp_path / "records.jsonl"
+    assert paritybench.main([str(tmp_path), "--jobs", "1", "--json", str(out)]) == 0
+    records = {r["module"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert set(records) == {"Dies#0", "After#1"}
+    assert records["Dies#0"]["status"] == "crashed" and records["Dies#0"]["why"] == "exit -9"
+    after = records["After#1"]  # measured by a new child that started at the next case
+    assert after["status"] == "ok"
+    assert all(
+        (after[m]["graphs"], after[m]["breaks"], after[m]["correct"]) == (1, 0, True) for m in ("dynamo", "torchmux")
+    )
