@@ -88,6 +88,24 @@ _ADVICE: tuple[tuple[str, str], ...] = (
         "with requires_grad=... there)",
     ),
     (
+        "Failed to mutate tensor data attribute",
+        "x.data = f(x.data) on a tensor computed in this function: Dynamo cannot swap the storage under a "
+        "value it traced. Bind a new tensor instead, x = f(x.detach()) (a straight-through estimator that "
+        "keeps x's gradient: x = x + (f(x) - x).detach()), and pass that x on where other code should see it",
+    ),
+    (
+        "set_ on a graph input",
+        "w.data = ... on a parameter (or input) this graph also changes another way: the graph runs eagerly, "
+        "correctly. To compile it, set the parameter's values before the call, outside the compiled "
+        "function (with torch.no_grad(): w.copy_(f(w.org))), and keep .data = out of forward",
+    ),
+    (
+        "torch._sym_",
+        "a Python number computed from tensor values inside the graph (math.log2 of an .item(), kept on the "
+        "module: calibration): the graph runs eagerly. Run such calibration calls before compiling, or keep "
+        "the number a tensor (torch.log2, torch.ceil)",
+    ),
+    (
         "Tensor.item",
         "a .item() read in Python: keep the value a tensor, or torch._check the range the code assumes",
     ),

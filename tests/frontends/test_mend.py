@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import logging
+import math
 import os
 import sys
 import traceback
@@ -1021,3 +1022,52 @@ def test_each_remaining_break_kind_says_what_to_change() -> None:
         assert text.startswith("/user/model.py:7: ") and "what to change:" in text
     assert what_to_change("something new") == ""
     assert "what to change" not in str(BreakReason("something new", "/user/model.py", 7))
+
+
+class _BinarizeLinear(torch.nn.Linear):
+    """BinaryNet's layer as its many forks write it (ParityBench: itayhubara_BinaryNet_pytorch)."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if input.size(1) != 784:
+            input.data = input.data.sign()
+        if not hasattr(self.weight, "org"):
+            self.weight.org = self.weight.data.clone()
+        self.weight.data = self.weight.org.sign()
+        return torch.nn.functional.linear(input, self.weight, self.bias)
+
+
+class _BinaryNet(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = _BinarizeLinear(8, 8), _BinarizeLinear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.tanh(self.fc1(x)))
+
+
+class _Calibrated(torch.nn.Module):
+    """A quantizer that keeps a Python number computed from its first inputs (ParityBench:
+    aaron_xichen_pytorch_playground's LinearQuant)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sf: int | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        v = x.abs().max().item()
+        sf = 7 - math.ceil(math.log2(v + 1e-12))
+        self.sf = sf if self.sf is None else min(self.sf, sf)
+        return x
+
+
+def test_what_no_rewrite_can_take_is_named_with_what_to_change() -> None:
+    """The kinds of break left on fresh ParityBench files, from real captures: ``x.data = ...`` on an
+    activation (a break at that line), ``w.data = ...`` on a parameter (a graph that runs eagerly) and a
+    Python number from the data kept on the module (a graph that runs eagerly), each with its remedy."""
+    net = explain(_BinaryNet().eval(), torch.randn(2, 8))
+    data = [r for r in net.break_reasons if "input.data = input.data.sign()" in r.line]
+    assert data and "x = f(x.detach())" in str(data[0]), str(net)
+    assert any("w.copy_(f(w.org))" in str(r) for r in net.not_captured), str(net)
+    calibrated = explain(_Calibrated(), torch.randn(4, 4))
+    reasons = calibrated.break_reasons + calibrated.not_captured
+    assert any("calibration" in r.advice for r in reasons), str(calibrated)
