@@ -30,7 +30,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 import warnings
@@ -131,8 +130,9 @@ def _ops_dispatched(model: Any, args: tuple[Any, ...]) -> int:
     return Count.n
 
 
-def child(path: str, step_timeout: int) -> None:
-    """One JSON line per test case of the file at ``path``."""
+def child(path: str, step_timeout: int, first: int = 0) -> None:
+    """One JSON line per test case of the file at ``path`` from case ``first`` on, each after a line
+    ``# <index> <name>`` (``paritybench.run_file`` reads both)."""
     sys.path.insert(0, HERE)
     import paritybench
     import torch
@@ -159,7 +159,10 @@ def child(path: str, step_timeout: int) -> None:
     signal.signal(signal.SIGALRM, _on_alarm)
     warm = torch.nn.Linear(2, 2).eval()  # the first export pays one-time imports
     torch.export.export(warm, (torch.ones(1, 2),))
-    for program in cases:
+    for index, program in enumerate(cases):
+        if index < first:
+            continue
+        print(f"# {index} {program.name}", flush=True)
         record: dict[str, Any] = {"repo": repo, "module": program.name}
         signal.alarm(step_timeout)
         try:
@@ -244,17 +247,11 @@ def _flat(out: Any) -> list[Any]:
 
 
 def _run_file(path: str, timeout: int, step_timeout: int) -> list[dict[str, Any]]:
+    sys.path.insert(0, HERE)
+    import paritybench
+
     repo = os.path.splitext(os.path.basename(path))[0].removeprefix("test_").removeprefix(CORPUS)
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", path, "--module-timeout", str(step_timeout)]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=HERE)
-        out, tail = proc.stdout, ("" if proc.returncode == 0 else f"exit {proc.returncode}: {proc.stderr[-300:]}")
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        tail = "file timeout"
-    records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    if tail:  # what the child did not report: a crash or the file's time limit
-        records.append({"repo": repo, "module": "<rest of file>", "status": "crashed", "why": tail})
+    records = paritybench.run_file(os.path.abspath(__file__), path, repo, timeout, step_timeout)
     print(f"[{time.strftime('%H:%M:%S')}] {repo}: {len(records)} records", file=sys.stderr, flush=True)
     return records
 
@@ -273,9 +270,10 @@ def main(argv: list[str] | None = None) -> int:
         "--corpus", action="store_true", help="measure the repository's own corpus (its nn.Module programs) instead"
     )
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
     ns = parser.parse_args(argv)
     if ns.child:
-        child(ns.child, ns.module_timeout)
+        child(ns.child, ns.module_timeout, ns.first)
         return 0
     if ns.report:
         with open(ns.report) as f:

@@ -327,17 +327,24 @@ def _flat(out: Any) -> list[Any]:
 
 
 def _run_file(path: str, timeout: int, per_module_timeout: int) -> list[dict[str, Any]]:
-    """The file's records; where a case kills the child, that case is recorded as crashed and a new child
-    starts at the next one, within the file's ``timeout`` in all."""
     repo = os.path.splitext(os.path.basename(path))[0].removeprefix("test_")
+    return run_file(os.path.abspath(__file__), path, repo, timeout, per_module_timeout)
+
+
+def run_file(script: str, path: str, repo: str, timeout: int, per_module_timeout: int) -> list[dict[str, Any]]:
+    """The records ``script --child path`` prints (this file's and ``export_coverage.py``'s children: a
+    line ``# <index> <name>`` before each case, a JSON line after it). Where a case kills the child (a
+    segfault, the out-of-memory killer), it is recorded as crashed and a new child starts at the next
+    case (``--first``), within the file's ``timeout`` in all."""
+    cmd = [sys.executable, script, "--child", path, "--module-timeout", str(per_module_timeout)]
     records: list[dict[str, Any]] = []
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", path, "--module-timeout", str(per_module_timeout)]
     deadline, first = time.monotonic() + timeout, 0
     while True:
+        err = ""
         try:
             left = max(1.0, deadline - time.monotonic())
             proc = subprocess.run([*cmd, "--first", str(first)], capture_output=True, text=True, timeout=left, cwd=HERE)
-            out, tail = proc.stdout, ("" if proc.returncode == 0 else f"exit {proc.returncode}")
+            out, tail, err = proc.stdout, ("" if proc.returncode == 0 else f"exit {proc.returncode}"), proc.stderr
         except subprocess.TimeoutExpired as e:
             out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
             tail = "file timeout"
@@ -348,12 +355,10 @@ def _run_file(path: str, timeout: int, per_module_timeout: int) -> list[dict[str
         started = [line.split(" ", 2) for line in lines if line.startswith("# ")]
         done = {r["module"] for r in records}
         last = started[-1] if started and started[-1][2] not in done else None
+        module = last[2] if last else "<rest of file>"
+        records.append({"repo": repo, "module": module, "status": "crashed", "why": tail, "stderr": err[-300:]})
         if last is None or tail == "file timeout":  # died outside a case, or out of time: the rest is lost
-            records.append(
-                {"repo": repo, "module": last[2] if last else "<rest of file>", "status": "crashed", "why": tail}
-            )
             return records
-        records.append({"repo": repo, "module": last[2], "status": "crashed", "why": tail})
         first = int(last[1]) + 1
 
 

@@ -147,3 +147,14 @@ def test_a_module_that_kills_its_process_costs_only_that_module(tmp_path) -> Non
     assert all(
         (after[m]["graphs"], after[m]["breaks"], after[m]["correct"]) == (1, 0, True) for m in ("dynamo", "torchmux")
     )
+    # export_coverage.py's children run the same way
+    import export_coverage
+
+    out = tmp_path / "exports.jsonl"
+    assert export_coverage.main([str(tmp_path), "--json", str(out)]) == 0
+    records = {r["module"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert set(records) == {"Dies#0", "After#1"} and records["Dies#0"]["status"] == "crashed"
+    after = records["After#1"]
+    assert after["status"] == "ok", after
+    assert after["nonstrict"]["ok"] and after["strict"]["ok"] and after["torchmux"]["ok"], after
+    assert after["torchmux"]["correct"] is True, after
