@@ -56,6 +56,7 @@ from .run import (
     INDUCTOR_FREEZING,
     ONNX_EXPORT,
     THREAD_ENV,
+    TVM_EXPORT,
     WARM_CALLS,
     WARM_SECONDS,
 )
@@ -116,7 +117,7 @@ def _parser() -> argparse.ArgumentParser:
         "--systems",
         default="default",
         help="comma-separated systems: eager, inductor (torch.compile), inductor-freezing, inductor-reduce-overhead (CUDA), "
-        "onnxruntime-export, aoti, auto (torchmux:auto), "
+        "onnxruntime-export, aoti, tvm-export (CPU: TVM used directly, untuned; not in the default set), auto (torchmux:auto), "
         "auto-split (auto that may also split a graph across backends, options split=4), "
         "torchmux:<backend> or a backend name; 'default' is every one that runs here. "
         "eager is always included: speedups are measured against it",
@@ -217,7 +218,14 @@ def resolve_systems(spec: str, device: str) -> tuple[list[str], dict[str, str]]:
             if name == INDUCTOR_CUDAGRAPHS and device != "cuda":
                 skipped[name] = f"CUDA graphs need --device cuda (on {device} it is {INDUCTOR})"
                 continue
-            if name in (AUTO_SPLIT, INDUCTOR_FREEZING, INDUCTOR_CUDAGRAPHS, ONNX_EXPORT, AOTI):
+            if name == TVM_EXPORT and (device != "cpu" or runnable.get("tvm", "not installed")):
+                skipped[name] = (
+                    f"TVM used directly runs on the CPU here (not {device})"
+                    if device != "cpu"
+                    else f"TVM cannot run here: {runnable.get('tvm', 'not installed')}"
+                )
+                continue
+            if name in (AUTO_SPLIT, INDUCTOR_FREEZING, INDUCTOR_CUDAGRAPHS, ONNX_EXPORT, AOTI, TVM_EXPORT):
                 wanted.append(name)
                 continue
             if name.startswith(EXPORT):  # torchmux-export:<backend> or torchmux-export:auto
@@ -236,7 +244,7 @@ def resolve_systems(spec: str, device: str) -> tuple[list[str], dict[str, str]]:
             chosen = name.split(":", 1)[1] if name.startswith("torchmux:") else None
             if chosen is not None and chosen != "auto" and chosen not in runnable:
                 raise BenchArgumentError(
-                    f"--systems: {item!r} is not a system; choose from eager, inductor, {INDUCTOR_FREEZING}, {INDUCTOR_CUDAGRAPHS}, {ONNX_EXPORT}, {AOTI}, auto, "
+                    f"--systems: {item!r} is not a system; choose from eager, inductor, {INDUCTOR_FREEZING}, {INDUCTOR_CUDAGRAPHS}, {ONNX_EXPORT}, {AOTI}, {TVM_EXPORT}, auto, "
                     + ", ".join(f"torchmux:{n}" for n in registry.names)
                     + " (or 'default')"
                 )

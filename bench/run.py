@@ -74,8 +74,10 @@ INDUCTOR_CUDAGRAPHS = "inductor-reduce-overhead"
 #: ``aoti_load_package`` and a call of the loaded model); torchmux's package (``torchmux.export`` with a
 #: backend or auto, saved and loaded again: what a deployment runs, no Dynamo in the call)
 AOTI, EXPORT = "aoti", "torchmux-export:"
+#: Apache TVM as its users run it: torch.export, TVM's PyTorch frontend, ``tvm.compile``, a Relax VM
+TVM_EXPORT = "tvm-export"
 EXPORT_AUTO = EXPORT + "auto"
-#: every system that is not a torchmux auto: what auto must beat
+# every system that is not a torchmux auto (AUTOS) is what auto must beat: bench/results.py auto_vs_best
 
 
 #: backends whose thread pools are their own (not torch's OpenMP), and the option that sizes them;
@@ -103,6 +105,8 @@ def make_compiled(system: str, model: torch.nn.Module, threads: int | None = Non
         return _OnnxExport(model, threads)
     if system == AOTI:
         return _Aoti(model)
+    if system == TVM_EXPORT:
+        return _TvmExport(model, threads)
     if system.startswith(EXPORT):
         return _TorchmuxExport(model, system.removeprefix(EXPORT), threads)
     if system.startswith("torchmux:"):
@@ -188,6 +192,44 @@ class _Aoti:
                 aoti_compile_and_package(program, package_path=path)
             self.loaded = aoti_load_package(path)
         return self.loaded(*args)
+
+
+class _TvmExport:
+    """TVM used directly, as its guide to importing a PyTorch model writes it: ``torch.export.export``,
+    ``from_exported_program(..., keep_params_as_input=True)``, ``relax.frontend.detach_params``,
+    ``tvm.compile`` for the host CPU (LLVM, its ``-mcpu`` and the bench's thread count as ``num-cores``),
+    and a Relax VM called with the inputs and the detached weights; tensors in and out by DLPack. Untuned:
+    the guide's MetaSchedule step (``static_shape_tuning``) crashes with this machine's tvm-ffi, and
+    TVM's runtime threads come from ``TVM_NUM_THREADS``, which ``--threads`` sets."""
+
+    def __init__(self, model: torch.nn.Module, threads: int | None) -> None:
+        self.model, self.threads = model, threads
+        self.main: Any = None
+
+    def _build(self, args: tuple[Any, ...]) -> None:
+        import tvm
+        from tvm import relax
+        from tvm.relax.frontend.torch import from_exported_program
+
+        with torch.no_grad():
+            program = torch.export.export(self.model, args)
+        mod, params = relax.frontend.detach_params(from_exported_program(program, keep_params_as_input=True))
+        target: dict[str, Any] = {"kind": "llvm", "num-cores": self.threads or torch.get_num_threads()}
+        mcpu = tvm.target.codegen.llvm_get_system_cpu()
+        if mcpu and mcpu != "generic":
+            target["mcpu"] = mcpu
+        executable = tvm.compile(mod, target=tvm.target.Target(target))
+        self.main = relax.VirtualMachine(executable, tvm.cpu(0))["main"]
+        self.params = list(params["main"])
+
+    def __call__(self, *args: Any) -> Any:
+        if self.main is None:
+            self._build(args)
+        import tvm
+
+        out = self.main(*[tvm.runtime.from_dlpack(a.contiguous()) for a in args], *self.params)
+        outs = [torch.from_dlpack(o) for o in out]  # the frontend's main returns a tuple, one output included
+        return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 class _TorchmuxExport:

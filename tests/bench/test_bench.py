@@ -433,6 +433,29 @@ def test_reduce_overhead_is_a_cuda_contender_and_left_out_on_a_cpu_with_its_reas
     assert systems == ["eager", "inductor-reduce-overhead"] and not skipped
 
 
+def test_tvm_used_directly_is_a_system_named_on_a_cpu_and_answers_as_eager() -> None:
+    """tvm-export is TVM as its users run it (a real torch.export, TVM frontend, tvm.compile and Relax VM):
+    named on a CPU it runs and answers as eager does; it is not in the default set (untuned, it loses by
+    10-50x here) and is left out with a reason on CUDA."""
+    import torch
+
+    from torchmux.bench.run import make_compiled
+
+    default, _ = bench.resolve_systems("default", "cpu")
+    assert "tvm-export" not in default
+    systems, skipped = bench.resolve_systems("eager,tvm-export", "cuda")
+    assert systems == ["eager"] and "CPU" in skipped["tvm-export"]
+    if not get_registry().availability("tvm").ok:
+        pytest.skip("tvm is not available")
+    systems, skipped = bench.resolve_systems("eager,tvm-export", "cpu")
+    assert systems == ["eager", "tvm-export"] and not skipped
+    model, x = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU()).eval(), torch.randn(2, 8)
+    compiled = make_compiled("tvm-export", model, 1)
+    with torch.no_grad():
+        for _ in range(2):  # built at the first call, then the same VM
+            torch.testing.assert_close(compiled(x), model(x))
+
+
 @pytest.mark.gpu
 def test_reduce_overhead_system_answers_as_eager_on_cuda() -> None:
     import torch
