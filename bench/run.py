@@ -90,8 +90,9 @@ THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TVM_NUM_THREADS")
 def make_compiled(system: str, model: torch.nn.Module, threads: int | None = None) -> Callable[..., Any]:
     """The callable a system makes of ``model``: eager is the model, ``inductor`` is torch.compile's
     default, ``inductor-freezing`` the same with ``freezing=True``, ``inductor-reduce-overhead`` with
-    ``mode="reduce-overhead"`` (CUDA graphs), ``onnxruntime-export`` ONNX Runtime
-    used directly, ``torchmux:<name>`` is torchmux.compile with that backend (``auto`` included).
+    ``mode="reduce-overhead"`` (CUDA graphs), ``onnxruntime-export``, ``aoti`` and ``tvm-export`` ONNX
+    Runtime, AOTInductor and TVM used directly, ``torchmux:<name>`` is torchmux.compile with that backend
+    (``auto`` included), ``torchmux-export:<name>`` its package saved and loaded back.
     Every system compiles lazily, at its first call, as torch.compile does."""
     if system == EAGER:
         return model
