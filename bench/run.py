@@ -206,6 +206,7 @@ class _TvmExport:
     def __init__(self, model: torch.nn.Module, threads: int | None) -> None:
         self.model, self.threads = model, threads
         self.main: Any = None
+        self.params: list[Any] = []  # the weights, detached from the module as TVM arrays
 
     def _build(self, args: tuple[Any, ...]) -> None:
         import tvm

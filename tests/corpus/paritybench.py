@@ -10,10 +10,10 @@ call it with. Nothing of them is in this repository: clone ParityBench and point
 ``generated`` folder (or at any subset of its files).
 
 Each file runs in a child process of its own (research code may hang or crash the interpreter; a
-file that takes over ``--timeout`` seconds is counted as what it finished). A module that kills its
-child (a segfault, the kernel's out-of-memory killer) is counted as crashed and a new child goes on
-with the file's next module. For each module the child
-builds it in eval mode under a fixed seed, runs it eagerly twice, and then, like ``coverage.py``
+file that takes over ``--timeout`` seconds is counted as what it finished; a module that kills its
+child, by a segfault or the kernel's out-of-memory killer, is counted as crashed and a new child goes
+on with the next module). For each module the child builds it in eval mode under a fixed seed, runs
+it eagerly twice, and then, like ``coverage.py``
 does for the corpus, captures it with ``torch._dynamo.explain`` and with torchmux's explain machinery
 (the mend pass on, its rewrites kept only where no worse than Dynamo's capture of the code as written:
 ``frontends/mend/verdict.py``; the capture time counts the second capture where the verdict takes one),
