@@ -356,9 +356,11 @@ def _store(lib_dir: Path, key: str, executable: Any, ir: extend.GraphIR, info: B
 def save_graph(run: Any) -> extend.SavedGraph | None:
     """The library ``export_library`` wrote (native: signed in the package), and how to call it."""
     info = getattr(run, "tvm_info", None)
-    if info is None or not info.library or getattr(run, "tvm_tensors", None) is not None:
-        return None  # built in memory only (no cache), or a symbolic graph's integer inputs: rebuilt at load
+    if info is None or not info.library:
+        return None  # built in memory only (no cache): rebuilt at load
     meta = {"tvm": tvm.__version__, "target": info.target, "outputs": run.tvm_outputs, "key": info.key}
+    if run.tvm_tensors is not None:  # symbolic: one library for the declared range, called with the tensors
+        meta["tensors"] = list(run.tvm_tensors)
     return extend.SavedGraph({"model.so": Path(info.library).read_bytes()}, meta, native=True)
 
 
@@ -375,7 +377,9 @@ def load_graph(request: extend.LoadRequest) -> extend.CompiledGraph:
     device = torch.device(request.device)
     info = BuildInfo(key=str(meta.get("key", digest)), target=str(meta.get("target", "")), cache="package")
     info.library = str(so)
-    return _runner(tvm.runtime.load_module(str(so)), device, info, int(meta["outputs"]))
+    tensors = meta.get("tensors")
+    positions = [int(i) for i in tensors] if isinstance(tensors, list) else None
+    return _runner(tvm.runtime.load_module(str(so)), device, info, int(meta["outputs"]), positions)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -538,6 +538,25 @@ def test_aoti_package_signed_and_a_planted_library_is_not_loaded(mlp, tmp_path) 
 
 
 @pytest.mark.slow
+def test_tvm_package_with_a_dynamic_batch_holds_one_symbolic_library(tmp_path) -> None:
+    """TVM's library built with Relax's symbolic shapes covers the declared range: the package holds it
+    (signed) and a fresh process loads it, with no rebuild and no warning, at a batch size it was not
+    exported with."""
+    pytest.importorskip("tvm")
+    torch.manual_seed(4)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8)).eval()
+    exported = torchmux.export(
+        model, (torch.randn(4, 16),), backend="tvm", dynamic_shapes=({0: Dim("batch", min=1, max=64)},)
+    )
+    assert exported.backend == "tvm"
+    path = exported.save(tmp_path / "tvm-dynamic.tmux")
+    assert PackageReader(path).trusted("artifacts/tvm/model.so") == (True, "")
+    x = torch.randn(11, 16)
+    result = _load_in_child(path, (x,), _eager(model, x))
+    assert result["backend"] == "tvm" and result["warnings"] == [] and result["err"] < 1e-4, result
+
+
+@pytest.mark.slow
 def test_tvm_package_holds_its_exported_library(tmp_path) -> None:
     pytest.importorskip("tvm")
     torch.manual_seed(3)
