@@ -612,12 +612,24 @@ def _plan(
                 "compile_s": round(m.compile_seconds, 3),
                 "reason": m.reason,
                 "artifact": f"artifacts/{_folder(m.backend)}/" if m.backend in saved else None,
+                "unsaved": _unsaved(m, saved),
                 "native": bool(saved[m.backend].native) if m.backend in saved else False,
                 "options": _jsonable(options_for(m.backend)),
             }
             for m in ranked
         ],
     }
+
+
+def _unsaved(m: Measurement, saved: Mapping[str, SavedGraph]) -> str | None:
+    """Why a correct candidate has no compiled form in the package (``torchmux.load`` rebuilds it from the
+    program and says this), or None."""
+    if not m.ok or m.backend in saved or m.backend == "eager" or m.backend.startswith(SPLIT):
+        return None
+    regions = getattr(m.placement, "regions", 1)
+    if regions != 1:
+        return f"its placement is {regions} regions with ops left to eager between them; a package stores one graph"
+    return "its backend saves no compiled form"
 
 
 def _folder(name: str) -> str:

@@ -409,7 +409,8 @@ class LoadedModel(_Call):
                         return name, b.load(self._request(b, folder))
                     self.notes.append(f"{name}'s stored artifact not used ({why}): rebuilt from the program")
                 elif name != "eager" and name == self.plan["chosen"]:
-                    self.notes.append(f"{name} cannot save its compiled form: rebuilt from the program")
+                    why = entry.get("unsaved") or "its backend saves no compiled form"
+                    self.notes.append(f"{name} has no compiled form in the package ({why}): rebuilt from the program")
                 elif name != "eager":
                     continue  # a candidate with nothing stored: the next stored one, then eager, comes first
                 if name == "eager":

@@ -568,3 +568,37 @@ def test_tvm_package_holds_its_exported_library(tmp_path) -> None:
     assert PackageReader(path).trusted("artifacts/tvm/model.so") == (True, "")
     result = _load_in_child(path, (x,), _eager(model, x))
     assert result["backend"] == "tvm" and result["warnings"] == [] and result["err"] < 1e-4
+
+
+def test_a_candidate_with_no_compiled_form_in_the_package_is_rebuilt_and_the_warning_says_why(tmp_path) -> None:
+    """The example plugin saves nothing (a plugin of contract 2) and claims only pointwise ops: a model it
+    takes whole is rebuilt at load because its backend saves no compiled form; one whose matmuls stay on
+    eager is placed as several regions, which a package does not store. Each load's one warning says
+    which, and the rebuilt package answers as eager."""
+    pytest.importorskip("torchmux_example_plugin")
+    torch.manual_seed(5)
+    cases = [
+        (Pointwise().eval(), "its backend saves no compiled form"),
+        (
+            nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8), nn.Tanh()).eval(),
+            "regions with ops left to eager",
+        ),
+    ]
+    x = torch.randn(4, 8)
+    for i, (model, why) in enumerate(cases):
+        exported = torchmux.export(model, (x,), backend="example")
+        assert exported.backend == "example"
+        assert exported.plan["candidates"][0]["artifact"] is None and why in exported.plan["candidates"][0]["unsaved"]
+        path = exported.save(tmp_path / f"example{i}.tmux")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", torchmux.TorchmuxFallbackWarning)
+            m = torchmux.load(path)
+        notes = [str(w.message) for w in caught if issubclass(w.category, torchmux.TorchmuxFallbackWarning)]
+        assert m.backend == "example" and len(notes) == 1 and why in notes[0], notes
+        with torch.no_grad():
+            torch.testing.assert_close(m(x), model(x))
+
+
+class Pointwise(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x.relu() * 2.0 + x)
