@@ -207,6 +207,7 @@ class _TvmExport:
         self.model, self.threads = model, threads
         self.main: Any = None
         self.params: list[Any] = []  # the weights, detached from the module as TVM arrays
+        self.to_tvm: Any = None  # tvm.runtime.from_dlpack, looked up once, not in each timed call
 
     def _build(self, args: tuple[Any, ...]) -> None:
         import tvm
@@ -223,13 +224,12 @@ class _TvmExport:
         executable = tvm.compile(mod, target=tvm.target.Target(target))
         self.main = relax.VirtualMachine(executable, tvm.cpu(0))["main"]
         self.params = list(params["main"])
+        self.to_tvm = tvm.runtime.from_dlpack
 
     def __call__(self, *args: Any) -> Any:
         if self.main is None:
             self._build(args)
-        import tvm
-
-        out = self.main(*[tvm.runtime.from_dlpack(a.contiguous()) for a in args], *self.params)
+        out = self.main(*[self.to_tvm(a.contiguous()) for a in args], *self.params)
         outs = [torch.from_dlpack(o) for o in out]  # the frontend's main returns a tuple, one output included
         return outs[0] if len(outs) == 1 else tuple(outs)
 

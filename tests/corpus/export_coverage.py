@@ -255,7 +255,8 @@ def _flat(out: Any) -> list[Any]:
 
 
 def _run_file(path: str, timeout: int, step_timeout: int) -> list[dict[str, Any]]:
-    sys.path.insert(0, HERE)
+    if HERE not in sys.path:  # called once per file, from pool threads
+        sys.path.insert(0, HERE)
     import paritybench
 
     repo = os.path.splitext(os.path.basename(path))[0].removeprefix("test_").removeprefix(CORPUS)
