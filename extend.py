@@ -12,6 +12,9 @@ the built-ins.
   name a claim is written in), :func:`spec_of`, :func:`node_float_dtypes`.
 - Symbolic graphs: :func:`export_program` (``torch.export`` with one ``Dim`` per symbol, tensor
   inputs only: :func:`tensor_inputs`).
+- Exported programs (``CompileRequest.program``, ``LoadRequest.program``): :func:`program_runner` (the
+  program run eagerly on the flat tensor inputs), :func:`writes_in_place` (whether running it as it is
+  may write the caller's inputs: copy them first).
 - Claims: :func:`load_claims` reads the conformance suite's results (``python -m
   torchmux.testing.probe NAME --write claims.json``; before that file exists it returns an empty
   :class:`MissingClaims`, with a warning that says how to write it); :func:`load_nonfinite_unsafe` the ops in it that
@@ -57,7 +60,7 @@ from .core.backend import (
 )
 from .core.hookspecs import hookimpl
 from .core.ir import GraphIR, TensorSpec, op_name, spec_of
-from .core.package import program_runner
+from .core.package import program_runner, writes_in_place
 from .core.remote_cache import fetch_artifact, publish_artifact
 from .core.symbolic import export_program, size_outputs, tensor_inputs
 
@@ -89,6 +92,7 @@ __all__ = [
     "op_name",
     "package_version",
     "program_runner",
+    "writes_in_place",
     "publish_artifact",
     "sign",
     "size_outputs",

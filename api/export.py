@@ -206,8 +206,10 @@ def _saved_and_loaded(
 ) -> tuple[SavedGraph | None, Callable[..., Any]]:
     """A compiled placement as a package ships it: saved by its backend and loaded back as ``torchmux.load``
     will (with the request's program, and that program's weights); ``(None, the compiled callable)``
-    where the backend saves nothing (or the placement spans several regions)."""
-    artifact = b.save(placement.fn, request) if placement.regions == 1 else None
+    where the backend saves nothing, or the placement is not the backend's compiled graph itself (several
+    regions, or ops left to eager beside its one region)."""
+    whole = placement.regions == 1 and not placement.ops_eager
+    artifact = b.save(placement.fn, request) if whole else None
     if artifact is None:
         return None, placement.fn
     program = request.program
@@ -454,7 +456,7 @@ def _pick(results: Sequence[Measurement], named: str | None) -> Measurement:
         mine = next((m for m in ok if m.backend == named), None)
         if mine is not None:
             return mine
-        return next(m for m in ok if m.backend == "eager")
+        ok = [m for m in ok if m.backend == "eager"]
     best = choose(ok) if len(ok) > 1 else (ok[0] if ok else None)
     if best is None:
         raise TorchmuxError("no backend, eager included, ran the exported program correctly: " + _reasons(results))
@@ -592,6 +594,7 @@ def _plan(
     ranked = sorted(results, key=lambda m: (m is not chosen, not m.ok, m.seconds if m.seconds == m.seconds else 0.0))
     return {
         "inputs": _input_specs(program),
+        "constants": [[i, v] for i, v in pkg.constant_inputs(program)],
         "symbols": {k: list(v) for k, v in _symbol_ranges(program).items()},
         "names": captured_names,
         "in_spec": pytree.treespec_dumps(program.call_spec.in_spec),
@@ -626,9 +629,11 @@ def _unsaved(m: Measurement, saved: Mapping[str, SavedGraph]) -> str | None:
     program and says this), or None."""
     if not m.ok or m.backend in saved or m.backend == "eager" or m.backend.startswith(SPLIT):
         return None
-    regions = getattr(m.placement, "regions", 1)
+    regions, eager = getattr(m.placement, "regions", 1), getattr(m.placement, "ops_eager", 0)
     if regions != 1:
         return f"its placement is {regions} regions with ops left to eager between them; a package stores one graph"
+    if eager:
+        return f"its placement leaves {eager} op(s) to eager beside its one region; a package stores one graph"
     return "its backend saves no compiled form"
 
 

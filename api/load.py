@@ -164,6 +164,9 @@ class _Call:
         self.plan = plan
         self._in_spec, self._out_spec = _spec(plan["in_spec"]), _spec(plan["out_spec"])
         self._n = len(plan["inputs"])
+        # the user's fixed Python values among the flat inputs (an int the program was specialized to):
+        # checked, then left out; the IR and every backend take the tensors alone
+        self._constants = [(int(i), v) for i, v in plan.get("constants") or ()]
         # every input positional, each a tensor: the call's args are the flat inputs themselves
         self._positional = self._in_spec == pytree.tree_structure(((0,) * self._n, {}))
         self._build = _builder(self._out_spec)
@@ -208,7 +211,17 @@ class _Call:
                 f"the call's arguments are structured as {spec}, the package was exported for {self._in_spec}; "
                 f"pass {self._describe()}"
             )
-        return leaves
+        if not self._constants:
+            return leaves
+        for i, value in self._constants:
+            got = leaves[i]
+            if type(got) is not type(value) or got != value:
+                raise PackageInputError(
+                    f"argument {i} must be {value!r}: the program was exported with that value and specialized "
+                    f"to it, got {got!r}; export again with the value you pass (or pass it as a tensor)"
+                )
+        fixed = {i for i, _ in self._constants}
+        return [a for i, a in enumerate(leaves) if i not in fixed]
 
     def _describe(self) -> str:
         return ", ".join(f"{s['dtype']}{s['shape']} on {s['device']}" for s in self.plan["inputs"])

@@ -362,7 +362,9 @@ def check_call(
     if twice:
         kept = [o.clone() if isinstance(o, torch.Tensor) else o for o in out]
         again = list(fn(*clone_inputs(args, kinds)))
-        shared = set(_storages(out)) & set(_storages(again)) - {-1} - set(_storages(args))
+        weights = _weight_outputs(ir)  # the same buffer each call, rightly
+        mine_out = {p for i, p in enumerate(_storages(out)) if i not in weights}
+        shared = mine_out & set(_storages(again)) - {-1} - set(_storages(args))
         if shared or any(isinstance(o, torch.Tensor) and not _same(o, k) for o, k in zip(out, kept)):
             return None, "overwrites the outputs it returned earlier with a later call's (reused output buffers)"
         wrong = compare(ir, again, ref)
@@ -394,17 +396,30 @@ def _all_copied(args: Sequence[Any], kinds: Sequence[str]) -> bool:
 def _input_aliases(ir: GraphIR) -> set[int]:
     """The outputs that are an input or a view of one in the graph itself (a training forward graph
     returns inputs it saves for backward): returning the input's buffer there is the right answer."""
-    out: set[int] = set()
+    return {i for i, node in enumerate(ir.outputs) if getattr(_viewed(node), "op", None) == "placeholder"}
+
+
+def _weight_outputs(ir: GraphIR) -> set[int]:
+    """The outputs that are a weight or a view of one (``return self.centroid``: a frozen graph's
+    constant, or a parameter or buffer placeholder): every call returns the same buffer, rightly."""
+    kinds = dict(zip(ir.placeholders, ir.input_kinds))
+    out = set()
     for i, node in enumerate(ir.outputs):
-        while isinstance(node, torch.fx.Node) and node.op == "call_function":
-            schema = getattr(node.target, "_schema", None)
-            returns = schema.returns if schema is not None else ()
-            if not (returns and returns[0].alias_info is not None and node.args):
-                break
-            node = node.args[0]  # a view: follow it to what it views
-        if isinstance(node, torch.fx.Node) and node.op == "placeholder":
+        root = _viewed(node)
+        if isinstance(root, torch.fx.Node) and (root.op == "get_attr" or kinds.get(root, "input") != "input"):
             out.add(i)
     return out
+
+
+def _viewed(node: Any) -> Any:
+    """What ``node`` is a view of, through any chain of views (itself where it is none)."""
+    while isinstance(node, torch.fx.Node) and node.op == "call_function":
+        schema = getattr(node.target, "_schema", None)
+        returns = schema.returns if schema is not None else ()
+        if not (returns and returns[0].alias_info is not None and node.args):
+            break
+        node = node.args[0]  # a view: follow it to what it views
+    return node
 
 
 # ------------------------------------------------------------------------------------------- checks beside the call

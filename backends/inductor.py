@@ -54,7 +54,12 @@ class InductorBackend(extend.Backend):
     def save(self, compiled: extend.CompiledGraph, request: extend.CompileRequest) -> extend.SavedGraph | None:
         if not isinstance(compiled, AotiProgram):
             return None
-        meta = {"torch": torch.__version__, "weights": sorted(compiled.weights)}
+        meta = {
+            "torch": torch.__version__,
+            "weights": sorted(compiled.weights),
+            "own_weights": compiled.own_weights,
+            "copy_inputs": compiled.copy_inputs,
+        }
         return extend.SavedGraph({"model.pt2": compiled.path.read_bytes()}, meta, native=True)
 
     def load(self, request: extend.LoadRequest) -> extend.CompiledGraph:
@@ -100,61 +105,84 @@ class AotiProgram:
     ``__call__`` parses its pytree specs from strings on every call; the package layer already holds
     them). ``path`` is the ``.pt2`` file; it holds the code only (``package_constants_in_so=False``):
     the weights are the program's, handed over by name (``load_constants(..., user_managed=True)``, no
-    copy; a torchmux package stores them once, in the program)."""
+    copy; a torchmux package stores them once, in the program). ``weights=None``: a library that holds
+    its own (where Inductor named a constant of its own making, which no program holds)."""
 
-    def __init__(self, path: Path, weights: Mapping[str, torch.Tensor]) -> None:
+    def __init__(self, path: Path, weights: Mapping[str, torch.Tensor] | None, copy_inputs: bool = False) -> None:
         from torch._inductor import aoti_load_package
 
         self.path = path
+        self.copy_inputs = copy_inputs  # the program writes in place: its library would write the caller's inputs
+        self.own_weights = weights is None
         runner = aoti_load_package(str(path))
-        names = list(runner.get_constant_fqns())
-        missing = sorted(set(names) - set(weights))
+        names = [] if weights is None else list(runner.get_constant_fqns())
+        missing = sorted(set(names) - set(weights or {}))
         if missing:
-            raise ValueError(f"the AOTInductor package needs weights the program does not hold: {missing[:5]}")
-        self.weights = {k: weights[k] for k in names}  # kept alive: the library reads them in place
+            raise ForeignConstants(f"the AOTInductor package needs weights the program does not hold: {missing[:5]}")
+        self.weights = {k: weights[k] for k in names} if weights is not None else {}  # the library reads them in place
         if names:
             runner.load_constants(self.weights, check_full_update=True, user_managed=True)
         self._run = runner.loader.boxed_run
 
     def __call__(self, *args: torch.Tensor) -> list[torch.Tensor]:
-        return self._run(list(args))
+        return self._run([a.clone() for a in args] if self.copy_inputs else list(args))
+
+
+class ForeignConstants(ValueError):
+    """The library wants a constant by a name no program weight has (Inductor made it while compiling)."""
 
 
 def _compile_package(request: extend.CompileRequest) -> AotiProgram:
     """AOTInductor on the whole exported program (cached by the frozen graph's fingerprint, which names
-    the weights' values): one shared library holding the code, the program's weights handed to it."""
+    the weights' values): one shared library holding the code, the program's weights handed to it. Where
+    the library asks for a constant the program does not hold under that name (a tensor the forward
+    builds from NumPy and caches on the module: Inductor names it ``_tensor_constant0``), it is compiled
+    again holding its weights itself: a bigger package, the same answers."""
+    program = request.program
+    weights = {k: v.detach() for k, v in {**program.state_dict, **program.constants}.items()}
+    copy_inputs = extend.writes_in_place(program)
+    try:
+        return AotiProgram(_aoti_library(request, own_weights=False), weights, copy_inputs)
+    except ForeignConstants:
+        return AotiProgram(_aoti_library(request, own_weights=True), None, copy_inputs)
+
+
+def _aoti_library(request: extend.CompileRequest, own_weights: bool) -> Path:
     from torch._inductor import aoti_compile_and_package
 
     folder = extend.artifact_dir("inductor", "aoti-code", request.ir.fingerprint()[:32])
-    path = folder / "model.pt2"
+    path = folder / ("model-with-weights.pt2" if own_weights else "model.pt2")
     if not (path.exists() and extend.authentic(path)):  # a package planted in the cache is rebuilt, never loaded
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".model.{os.getpid()}.{threading.get_ident()}.pt2"
         patches = {"max_autotune": True} if request.mode in ("max-autotune", "max-autotune-no-cudagraphs") else {}
-        patches["aot_inductor.package_constants_in_so"] = False
+        patches["aot_inductor.package_constants_in_so"] = own_weights
         with torch.no_grad():
             aoti_compile_and_package(
                 request.program, package_path=str(tmp), inductor_configs={**patches, **dict(request.options)}
             )
         os.replace(tmp, path)
         extend.sign(path)
-    program = request.program
-    return AotiProgram(path, {k: v.detach() for k, v in {**program.state_dict, **program.constants}.items()})
+    return path
 
 
 def _load_package(request: extend.LoadRequest) -> AotiProgram:
     """A saved package's bytes, written once to the cache under their digest (AOTInductor loads from a
     path), signed there so a later load from the cache is trusted as this one is; its weights are the
-    program's, read from the package (``request.weights()``)."""
+    program's, read from the package (``request.weights()``), unless the library holds its own."""
     data = request.saved.files["model.pt2"]
     digest = hashlib.sha256(data).hexdigest()[:32]
     path = extend.artifact_dir("inductor", "aoti-loaded", digest) / "model.pt2"
     if not (path.exists() and extend.authentic(path)):
         extend.atomic_write(path, data)
         extend.sign(path)
+    copy_inputs = bool(request.saved.meta.get("copy_inputs"))
+    if request.saved.meta.get("own_weights"):
+        return AotiProgram(path, None, copy_inputs)
     arrays = request.weights()
     names = request.saved.meta.get("weights") or []
-    return AotiProgram(path, {k: torch.from_numpy(arrays[k]).to(request.device) for k in names if k in arrays})
+    weights = {k: torch.from_numpy(arrays[k]).to(request.device) for k in names if k in arrays}
+    return AotiProgram(path, weights, copy_inputs)
 
 
 def _compile_static(gm: torch.fx.GraphModule, example_inputs: list, config_patches: dict) -> object:

@@ -65,7 +65,9 @@ __all__ = [
     "PackageError",
     "PackageReader",
     "machine_kind",
+    "constant_inputs",
     "program_runner",
+    "writes_in_place",
     "numpy_weights",
     "program_weights",
     "signing_key",
@@ -86,18 +88,48 @@ class PackageError(TorchmuxError, ValueError):
 
 
 def program_runner(program: Any) -> Any:
-    """An ``ExportedProgram`` as a package runs it eagerly: called with the program's flat inputs
-    (unflattened by its input spec), returning the flat outputs (eager's artifact, and every fallback)."""
+    """An ``ExportedProgram`` as a package runs it eagerly: called with the program's flat tensor inputs
+    (with its fixed Python values, :func:`constant_inputs`, put back between them and unflattened by its
+    input spec), returning the flat outputs (eager's artifact, and every fallback). Where the program
+    writes anything in place (``x /= norm`` on an input: torch.export's graph keeps the in-place op), the
+    inputs are copied first: a package never writes the caller's tensors, on any backend
+    (``frontends/export.py``)."""
     import torch.utils._pytree as pytree
 
     module = program.module()
     in_spec = program.call_spec.in_spec
+    fixed = constant_inputs(program)
+    writes = writes_in_place(program)
 
     def run(*args: torch.Tensor) -> list[torch.Tensor]:
-        a, kw = pytree.tree_unflatten(list(args), in_spec)
+        leaves = [a.clone() for a in args] if writes else list(args)
+        for i, value in fixed:
+            leaves.insert(i, value)
+        a, kw = pytree.tree_unflatten(leaves, in_spec)
         return pytree.tree_leaves(module(*a, **kw))
 
     return run
+
+
+def writes_in_place(program: Any) -> bool:
+    """Whether ``program`` (an ``ExportedProgram`` as ``torch.export.export`` gives it, in-place ops kept)
+    writes anything in place, so that running it as it is may write the caller's inputs (``x /= norm``):
+    a runner of it copies its inputs first (:func:`program_runner`, AOTInductor's package)."""
+    return any(
+        isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
+        for n in program.graph.nodes
+        if n.op == "call_function"
+    )
+
+
+def constant_inputs(program: Any) -> list[tuple[int, Any]]:
+    """Each of the program's flat user inputs that is a fixed Python value (an int, a float, a string),
+    not a tensor: its position among them and the value ``torch.export`` specialized the program to. The
+    IR and every backend take the tensors alone; a package's call checks the values (``api/load.py``)."""
+    from torch.export.graph_signature import ConstantArgument, InputKind
+
+    user = [s for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    return [(i, s.arg.value) for i, s in enumerate(user) if isinstance(s.arg, ConstantArgument)]
 
 
 #: torch.export's serialized dtype numbers (``torch._export.serde.schema.ScalarType``) -> NumPy dtype

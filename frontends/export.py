@@ -236,7 +236,9 @@ def _normalize(program: torch.export.ExportedProgram) -> tuple[GraphIR, list[tor
             f"the exported program writes state ({what}): a package is for inference; call model.eval(), "
             "or train with torchmux.compile"
         )
-    kinds = [_KIND.get(s.kind.name) for s in signature.input_specs]
+    gm = decomposed.graph_module
+    specs = _tensor_inputs_only(gm, signature.input_specs)
+    kinds = [_KIND.get(s.kind.name) for s in specs]
     if None in kinds:
         bad = [s.kind.name for s in signature.input_specs if s.kind.name not in _KIND]
         raise BadArgumentError(f"the exported program takes inputs of a kind a package cannot hold: {bad}")
@@ -248,11 +250,34 @@ def _normalize(program: torch.export.ExportedProgram) -> tuple[GraphIR, list[tor
         if value is None:
             value = decomposed.constants[spec.target]
         weights.append(value.detach())
-    gm = decomposed.graph_module
     _flatten_output(gm, [o.kind == OutputKind.USER_OUTPUT for o in signature.output_specs])
     ir = GraphIR(gm, [k for k in kinds if k is not None], name="program", phase="inference").lint()
     written = [str(o.target) for o in signature.output_specs if o.kind == OutputKind.USER_INPUT_MUTATION]
     return ir, weights, written
+
+
+def _tensor_inputs_only(gm: torch.fx.GraphModule, specs: Sequence[Any]) -> list[Any]:
+    """The input specs without the user's Python numbers, strings and bools: ``torch.export`` keeps each
+    as a placeholder no node reads (it specialized the program to the value; the placeholder's ``val`` is
+    that value, and ``core.package.constant_inputs`` tells the package's call to check it), so the IR's inputs are
+    tensors only. One the program computes with (a symbolic int) is refused: say what to do instead."""
+    placeholders = {n.name: n for n in gm.graph.nodes if n.op == "placeholder"}
+    kept = []
+    for spec in specs:
+        node = placeholders.get(spec.arg.name) if spec.kind.name == "USER_INPUT" else None
+        if node is None or isinstance(node.meta.get("val"), torch.Tensor):
+            kept.append(spec)
+            continue
+        if node.users:
+            raise BadArgumentError(
+                f"the exported program computes with its input {spec.arg.name!r}, a Python "
+                f"{type(node.meta.get('val')).__name__} it traced symbolically: a package takes tensors and fixed "
+                "Python values; pass it as a tensor, or leave it out of dynamic_shapes so it is fixed"
+            )
+        gm.graph.erase_node(node)
+    if len(kept) != len(specs):
+        gm.recompile()
+    return kept
 
 
 def _flatten_output(gm: torch.fx.GraphModule, kept: list[bool]) -> None:

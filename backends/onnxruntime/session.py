@@ -672,6 +672,8 @@ def load_graph(request: extend.LoadRequest) -> PackagedSession:
         missing = sorted(w for w in refs.values() if w not in arrays)
         if missing:
             raise ValueError(f"the model refers to program weights the package lacks: {missing[:5]}")
-        values = [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(arrays[w])) for w in refs.values()]
+        # np.require, not np.ascontiguousarray: that one makes a 0-d array 1-d, and ONNX Runtime refuses a
+        # scalar initializer (a batch norm's num_batches_tracked) replaced by a tensor of shape [1]
+        values = [ort.OrtValue.ortvalue_from_numpy(np.require(arrays[w], requirements="C")) for w in refs.values()]
         so.add_external_initializers(list(refs), values)
     return PackagedSession(ort.InferenceSession(data, sess_options=so, providers=[CPU]), values)

@@ -387,6 +387,23 @@ def load_graph(request: extend.LoadRequest) -> extend.CompiledGraph:
 # ------------------------------------------------------------------------------------------------
 
 
+def _compact(a: torch.Tensor) -> torch.Tensor:
+    """``a`` as TVM takes it through DLPack: compact (``contiguous()`` is free for the usual input). An
+    empty tensor gets the strides TVM computes for its shape (torch counts a size-0 dimension as 1 there,
+    and TVM refuses the call: ``Mismatched args_0.strides``)."""
+    if not a.numel():
+        return torch.empty_strided(a.shape, _row_major(a.shape), dtype=a.dtype, device=a.device)
+    return a if a.is_contiguous() else a.contiguous()
+
+
+def _row_major(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
+
+
 def _runner(
     executable: Any, device: torch.device, info: BuildInfo, n_outputs: int, tensors: list[int] | None = None
 ) -> extend.CompiledGraph:
@@ -398,8 +415,7 @@ def _runner(
     def run(*args: torch.Tensor) -> list[torch.Tensor]:
         if tensors is not None:  # a symbolic graph's integer inputs: the VM reads them from the tensors' shapes
             args = tuple(args[i] for i in tensors)
-        # TVM takes compact tensors only; contiguous() is free for the usual (already compact) input
-        tvm_args = [to_tvm(a if a.is_contiguous() else a.contiguous()) for a in args]
+        tvm_args = [to_tvm(_compact(a)) for a in args]
         with lock:
             outs = main(*tvm_args)
         if len(outs) != n_outputs:

@@ -573,7 +573,8 @@ def test_tvm_package_holds_its_exported_library(tmp_path) -> None:
 def test_a_candidate_with_no_compiled_form_in_the_package_is_rebuilt_and_the_warning_says_why(tmp_path) -> None:
     """The example plugin saves nothing (a plugin of contract 2) and claims only pointwise ops: a model it
     takes whole is rebuilt at load because its backend saves no compiled form; one whose matmuls stay on
-    eager is placed as several regions, which a package does not store. Each load's one warning says
+    eager is placed as several regions, or as one region with eager ops beside it, which a package does
+    not store (the last was reported as "saves no compiled form"). Each load's one warning says
     which, and the rebuilt package answers as eager."""
     pytest.importorskip("torchmux_example_plugin")
     torch.manual_seed(5)
@@ -583,6 +584,7 @@ def test_a_candidate_with_no_compiled_form_in_the_package_is_rebuilt_and_the_war
             nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8), nn.Tanh()).eval(),
             "regions with ops left to eager",
         ),
+        (nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Tanh()).eval(), "leaves 2 op(s) to eager beside its one region"),
     ]
     x = torch.randn(4, 8)
     for i, (model, why) in enumerate(cases):
@@ -602,3 +604,164 @@ def test_a_candidate_with_no_compiled_form_in_the_package_is_rebuilt_and_the_war
 class Pointwise(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.tanh(x.relu() * 2.0 + x)
+
+
+# --- research code's shapes that a package met on ParityBench modules no session tuned for -----------------
+
+
+class WithIndex(nn.Module):
+    """``forward(x, res, i)`` with ``i`` a layer's index, a Python int (a text-matching model's residual)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor, res: torch.Tensor, i: int) -> torch.Tensor:
+        if i == 1:
+            res = self.linear(res)
+        return (x + res) * 0.5
+
+
+def test_a_python_value_among_the_inputs_is_fixed_and_checked_at_each_call(tmp_path) -> None:
+    """torch.export specializes the program to ``i``'s value and keeps an input no node reads: the IR and
+    the backend take the tensors, the plan holds the value, and the package's call checks it (eager's
+    runner puts it back between the tensors)."""
+    torch.manual_seed(7)
+    model = WithIndex().eval()
+    args = (torch.randn(2, 4), torch.randn(2, 4), 1)
+    exported = torchmux.export(model, args, backend="onnxruntime")
+    assert exported.backend == "onnxruntime" and exported.plan["constants"] == [[2, 1]]
+    path = exported.save(tmp_path / "index.tmux")
+    with torch.no_grad():
+        for backend in ("onnxruntime", "eager"):
+            m = torchmux.load(path, backend=backend)
+            assert m.backend == backend
+            torch.testing.assert_close(m(*args), model(*args))
+            with pytest.raises(
+                PackageInputError, match="argument 2 must be 1: the program was exported with that value.*got 0"
+            ):
+                m(args[0], args[1], 0)
+
+
+class WritesItsInput(nn.Module):
+    """An SSD's L2Norm: ``x /= norm`` on the argument, then a per-channel scale."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.full((4,), 2.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        norm = x.pow(2).sum(dim=1, keepdim=True).sqrt() + 1e-10
+        x /= norm
+        return self.weight.view(1, 4, 1, 1) * x
+
+
+@pytest.mark.slow
+def test_a_program_that_writes_its_input_runs_on_each_backend_and_leaves_the_callers_tensor(tmp_path) -> None:
+    """torch.export's graph keeps the in-place op: eager's runner and AOTInductor's library would write the
+    caller's tensor, which the check refused (and then no backend, eager included, was left: an error).
+    Each copies its inputs now; every package answers as eager and leaves the caller's tensor as it was."""
+    model = WritesItsInput().eval()
+    x = torch.rand(2, 4, 3, 3)
+    expected = model(x.clone())
+    for backend in ("eager", "onnxruntime", "inductor"):
+        with pytest.warns(UserWarning, match="writes its input"):
+            exported = torchmux.export(model, (x.clone(),), backend=backend)
+        assert exported.backend == backend
+        m = torchmux.load(exported.save(tmp_path / f"{backend}.tmux"))
+        given = x.clone()
+        with torch.no_grad():
+            torch.testing.assert_close(m(given), expected)
+        assert torch.equal(given, x), backend
+
+
+class CachedGrid(nn.Module):
+    """A deformable convolution's sampling grid: built with NumPy in the forward and cached on the module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+        self._grid: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._grid is None or self._grid.shape[0] != x.shape[0]:
+            import numpy as np
+
+            self._grid = torch.from_numpy(np.arange(x.shape[0] * 4, dtype=np.float32).reshape(x.shape[0], 4))
+        return self.linear(x) + self._grid
+
+
+@pytest.mark.slow
+def test_aoti_library_keeps_a_constant_inductor_named_itself(tmp_path) -> None:
+    """Inductor names such a constant ``_tensor_constant0``, which no program weight is called: the library
+    compiled to read the program's weights could not run, and inductor failed on the program. It is built
+    again holding its weights itself, and loads and answers as eager."""
+    torch.manual_seed(9)
+    model = CachedGrid().eval()
+    x = torch.randn(3, 4)
+    exported = torchmux.export(model, (x,), backend="inductor")
+    assert exported.backend == "inductor"
+    assert exported.saved["inductor"].meta["own_weights"] is True
+    result = _load_in_child(exported.save(tmp_path / "grid.tmux"), (x,), _eager(model, x))
+    assert result["backend"] == "inductor" and result["warnings"] == [] and result["err"] < 1e-5
+
+
+class NormThenPick(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn = nn.BatchNorm2d(3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn(x)[:, 0]
+
+
+def test_a_scalar_weight_by_reference_keeps_its_shape(tmp_path) -> None:
+    """ONNX's scalar index 0 has the bytes of batch norm's ``num_batches_tracked`` (0-d int64) and is stored by
+    reference to it; handed to ONNX Runtime as a 1-element array it was refused (``dimensions do not match``)
+    and the saved form never loaded. The package's own session opens now."""
+    torch.manual_seed(11)
+    model = NormThenPick().eval()
+    x = torch.randn(2, 3, 4, 4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", torchmux.TorchmuxFallbackWarning)
+        exported = torchmux.export(model, (x,), backend="onnxruntime")
+    assert not [w for w in caught if "saved form failed" in str(w.message)]
+    assert "bn.num_batches_tracked" in exported.saved["onnxruntime"].meta["weights"].values()
+    result = _load_in_child(exported.save(tmp_path / "bn.tmux"), (x,), _eager(model, x))
+    assert result["backend"] == "onnxruntime" and result["warnings"] == [] and result["err"] < 1e-5
+
+
+class ReturnsItsBuffers(nn.Module):
+    """A domain-adaptation model's centroids: ``forward()`` returns two buffers as they are."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("centroid_s", torch.arange(8.0).reshape(2, 4))
+        self.register_buffer("centroid_t", -torch.arange(8.0).reshape(2, 4))
+
+    def forward(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.centroid_s, self.centroid_t
+
+
+def test_a_program_that_returns_its_weights_is_not_a_backend_reusing_its_outputs(tmp_path) -> None:
+    """Each call returns the same buffers, rightly: the second-call check took that for reused output
+    buffers and failed every candidate, eager included."""
+    model = ReturnsItsBuffers().eval()
+    for backend in ("eager", "onnxruntime"):
+        exported = torchmux.export(model, (), backend=backend)
+        assert exported.backend == backend
+        m = torchmux.load(exported.save(tmp_path / f"{backend}.tmux"))
+        for got, want in zip(m(), model()):
+            torch.testing.assert_close(got, want)
+
+
+@pytest.mark.slow
+def test_tvm_takes_an_empty_input(tmp_path) -> None:
+    """An empty tensor's strides are torch's (a size-0 dimension counted as 1); TVM refused the call."""
+    pytest.importorskip("tvm")
+    model = Pointwise().eval()
+    x = torch.rand(4, 4, 0, 4)
+    exported = torchmux.export(model, (x,), backend="tvm")
+    assert exported.backend == "tvm"
+    m = torchmux.load(exported.save(tmp_path / "empty.tmux"))
+    assert m(x).shape == (4, 4, 0, 4)
