@@ -24,8 +24,10 @@ its module path); a deployed model should not pay that. ``export`` is the second
 
 Steps 4 (**Load**) and 5 (**Call**) are ``api/load.py``'s: it imports only what loading needs.
 
-``plan.json`` fields: ``inputs`` (one entry per flat input: ``dtype``, ``device``, ``shape`` with an int
-or a symbol name per dimension), ``symbols`` (name -> ``[min, max]``, ``max`` None for unbounded),
+``plan.json`` fields: ``inputs`` (one entry per flat tensor input: ``dtype``, ``device``, ``shape`` with
+an int or a symbol name per dimension), ``constants`` (``[position, value]`` for each flat input that is a
+fixed Python value, an int layer index say: ``torch.export`` specialized the program to it, every
+backend takes the tensors alone, and each call checks the value), ``symbols`` (name -> ``[min, max]``, ``max`` None for unbounded),
 ``names`` (symbol -> the user's ``Dim`` name, for messages and ``package inspect``),
 ``in_spec``/``out_spec`` (``torch.utils._pytree.treespec_dumps``), ``candidates`` (backend, version,
 the plugin and distribution that provide it (load imports that one plugin only), ok, median ms,

@@ -4,10 +4,13 @@
    that backend is missing, fails to load, or its native code is not signed by a key this user trusts
    (or was built by another torch or for another machine), the next candidate is taken: a stored
    artifact, else the backend rebuilt from the stored program (a backend that cannot save, such as
-   TVM), else eager on the program itself. One :class:`TorchmuxFallbackWarning` says what and why.
+   CUDA graphs or the Triton generator), else eager on the program itself. One
+   :class:`TorchmuxFallbackWarning` says what and why.
 5. **Call** (:class:`LoadedModel`): each input's type, dtype, device, rank and every dimension (a
    static size, or a declared symbol within its range and equal wherever the symbol recurs) is checked,
-   then the artifact runs on the flat inputs. No Dynamo frame, no guard.
+   then the artifact runs on the flat inputs; a fixed Python value among them (an int the program was
+   exported with) must equal the exported one, and is left out of what the artifact takes. No Dynamo
+   frame, no guard.
 
 This module imports only what loading needs (the package reader, the one plugin that provides the
 stored backend): ``torchmux.load`` never imports TorchDynamo, the tuner or the exporters; rebuilding a
@@ -516,11 +519,12 @@ class LoadedModel(_Call):
     def _rebuild(
         self, b: Backend, program: torch.export.ExportedProgram | None = None, args: list[torch.Tensor] | None = None
     ) -> Callable[..., Any]:
-        """Compile ``b`` again from the stored program (normalized and frozen as at export), checked
-        against the reference interpreter on inputs made from the plan's specs."""
+        """Compile ``b`` again from the stored program (normalized and frozen as at export) and placed as
+        at export (``build_placement``: the ops ``b`` does not claim stay on eager between its regions),
+        checked against the reference interpreter on inputs made from the plan's specs."""
         from ..autotune.freeze import freeze
-        from ..core.backend import CompileRequest
-        from ..core.compare import mismatch
+        from ..autotune.placement import build_placement
+        from ..autotune.verify import compare
         from ..frontends.export import normalize
 
         program = program if program is not None else self.program()
@@ -529,9 +533,10 @@ class LoadedModel(_Call):
         frozen = freeze(ir, [next(it) if k != "input" else None for k in ir.input_kinds])
         args = args if args is not None else self.example_inputs()
         entry = self._candidate(b.name) or {}
-        request = CompileRequest(frozen, args, None, dict(entry.get("options") or {}), program=program)
-        fn = b.compile(request)
-        wrong = mismatch(fn(*[a.clone() for a in args]), frozen.run_reference(*[a.clone() for a in args]))
+        options = dict(entry.get("options") or {})
+        fn = build_placement(frozen, b, args, mode=None, options=options, program=program).fn
+        # as the tuner judges it: a graph that draws random numbers by shapes, dtypes and finiteness
+        wrong = compare(frozen, list(fn(*[a.clone() for a in args])), frozen.run_reference(*[a.clone() for a in args]))
         if wrong:
             raise RuntimeError(f"rebuilt {b.name} answers wrong: {wrong}")
         return fn

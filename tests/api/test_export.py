@@ -765,3 +765,34 @@ def test_tvm_takes_an_empty_input(tmp_path) -> None:
     assert exported.backend == "tvm"
     m = torchmux.load(exported.save(tmp_path / "empty.tmux"))
     assert m(x).shape == (4, 4, 0, 4)
+
+
+class BilinearHead(nn.Module):
+    """A discriminator's bilinear score (``aten._trilinear``, which TVM does not claim) between two MLPs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.score = nn.Linear(8, 8), nn.Linear(8, 8), nn.Bilinear(8, 8, 1)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.score(torch.relu(self.a(x)), torch.relu(self.b(y))))
+
+
+@pytest.mark.slow
+def test_a_package_rebuilds_a_placement_of_several_regions_as_export_placed_it(tmp_path) -> None:
+    """TVM leaves ``_trilinear`` to eager between its regions; the package stores no graph for that, and
+    load rebuilt it by handing TVM the whole graph, which it refused: the package ran eager. The rebuild
+    places it as export did."""
+    pytest.importorskip("tvm")
+    torch.manual_seed(13)
+    model = BilinearHead().eval()
+    args = (torch.randn(4, 8), torch.randn(4, 8))
+    exported = torchmux.export(model, args, backend="tvm")
+    assert exported.backend == "tvm" and "regions" in exported.plan["candidates"][0]["unsaved"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", torchmux.TorchmuxFallbackWarning)
+        m = torchmux.load(exported.save(tmp_path / "bilinear.tmux"))
+    notes = [str(w.message) for w in caught if issubclass(w.category, torchmux.TorchmuxFallbackWarning)]
+    assert m.backend == "tvm" and len(notes) == 1 and "rebuilt from the program" in notes[0], notes
+    with torch.no_grad():
+        torch.testing.assert_close(m(*args), model(*args))

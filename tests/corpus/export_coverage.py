@@ -1,6 +1,7 @@
 """Export coverage on real research code: which ParityBench modules ``torch.export`` takes whole, and ``torchmux.export``.
 
     python tests/corpus/export_coverage.py DIR [--jobs 1] [--timeout 900] [--module-timeout 60] [-k NAME] [-v] [--json OUT]
+        [--package onnxruntime,inductor,tvm]
     python tests/corpus/export_coverage.py --report OUT [-v]     # the report of a saved run
     python tests/corpus/export_coverage.py --corpus [-k CATEGORY] [-v]  # the repository's own corpus instead
 
@@ -15,6 +16,12 @@ each step bounded by ``--module-timeout`` seconds:
 - ``torchmux.frontends.export.capture(model, args, mend=True)``: what ``torchmux.export`` captures
   (non-strict, strict where non-strict refuses, then the mend pass's rewrites and both again; the
   program normalized into torchmux's IR), and whether the captured program answers as eager does.
+
+With ``--package onnxruntime,inductor,tvm``, each module torchmux's capture takes also goes the whole
+way a deployment goes, once per backend named: ``torchmux.export(model, args, backend=B)`` -> ``save``
+-> ``torchmux.load`` -> a call, compared with eager's answer on the same build of the model (what ran at
+export and at load, the warnings, a graph that draws random numbers counted apart: its values are the
+backend's own draws).
 
 A step *takes* the module when it gives one ``ExportedProgram`` for the whole forward (export has no
 partial result). Each refusal is put in a category by its message (:data:`CATEGORIES`); the report
@@ -33,6 +40,7 @@ import signal
 import sys
 import time
 import warnings
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from unittest import mock
@@ -130,7 +138,7 @@ def _ops_dispatched(model: Any, args: tuple[Any, ...]) -> int:
     return Count.n
 
 
-def child(path: str, step_timeout: int, first: int = 0) -> None:
+def child(path: str, step_timeout: int, first: int = 0, packages: Sequence[str] = ()) -> None:
     """One JSON line per test case of the file at ``path`` from case ``first`` on, each after a line
     ``# <index> <name>`` (``paritybench.run_file`` reads both)."""
     sys.path.insert(0, HERE)
@@ -175,6 +183,8 @@ def child(path: str, step_timeout: int, first: int = 0) -> None:
             signal.alarm(0)
         if record.get("status") == "ok":
             record.update(_exports(program, step_timeout, capture, observe, same))
+            if record["ops"] and record["torchmux"]["ok"] and packages:
+                record["packages"] = {b: _package(program, b, 10 * step_timeout, observe) for b in packages}
         print(json.dumps(record), flush=True)
 
 
@@ -243,6 +253,52 @@ def _exports(program: Any, seconds: int, capture: Any, observe: Any, same: Any) 
     }
 
 
+def _package(program: Any, backend: str, seconds: int, observe: Any) -> dict[str, Any]:
+    """``torchmux.export(backend=...)`` -> save -> ``torchmux.load`` -> a call, against eager's answer on
+    the same build (some models draw their initial weights from NumPy, which the seed does not fix)."""
+    import tempfile
+
+    import torch
+
+    import torchmux
+    from torchmux.autotune.verify import is_random
+    from torchmux.core.compare import mismatch
+
+    def go() -> dict[str, Any]:
+        model, args = _build(program)
+        reference = observe(model, copy.deepcopy(args))
+        with warnings.catch_warnings(record=True) as caught, tempfile.TemporaryDirectory() as folder:
+            warnings.simplefilter("always", torchmux.TorchmuxFallbackWarning)
+            exported = torchmux.export(model, copy.deepcopy(args), backend=backend)
+            loaded = torchmux.load(exported.save(os.path.join(folder, "model.tmux")))
+            with torch.no_grad():
+                seen = observe(lambda *a: loaded(*a), copy.deepcopy(args))
+        notes = [str(w.message)[:200] for w in caught if issubclass(w.category, torchmux.TorchmuxFallbackWarning)]
+        # a compiled backend's answer, judged as torchmux judges one (its tolerance, not a capture's)
+        if reference.error is not None or seen.error is not None:
+            differs = (
+                "" if reference.error == seen.error else f"raised {seen.error} where eager raised {reference.error}"
+            )
+        else:
+            differs = mismatch(_tensors(seen.output), _tensors(reference.output)) or ""
+        return {
+            "exported": exported.backend,
+            "loaded": loaded.backend,
+            "correct": not differs,
+            "differs": differs[:160],
+            "random": is_random(exported.captured.ir),
+            "notes": notes,
+        }
+
+    return _bounded(seconds, go)
+
+
+def _tensors(out: Any) -> list[Any]:
+    import torch
+
+    return [t for t in _flat(out) if isinstance(t, torch.Tensor)]
+
+
 def _flat(out: Any) -> list[Any]:
     if isinstance(out, dict):
         return [x for v in out.values() for x in _flat(v)]
@@ -254,13 +310,14 @@ def _flat(out: Any) -> list[Any]:
 # --- the parent: every file, then the report -------------------------------------------------------
 
 
-def _run_file(path: str, timeout: int, step_timeout: int) -> list[dict[str, Any]]:
+def _run_file(path: str, timeout: int, step_timeout: int, packages: str = "") -> list[dict[str, Any]]:
     if HERE not in sys.path:  # called once per file, from pool threads
         sys.path.insert(0, HERE)
     import paritybench
 
     repo = os.path.splitext(os.path.basename(path))[0].removeprefix("test_").removeprefix(CORPUS)
-    records = paritybench.run_file(os.path.abspath(__file__), path, repo, timeout, step_timeout)
+    extra = ["--package", packages] if packages else []
+    records = paritybench.run_file(os.path.abspath(__file__), path, repo, timeout, step_timeout, extra)
     print(f"[{time.strftime('%H:%M:%S')}] {repo}: {len(records)} records", file=sys.stderr, flush=True)
     return records
 
@@ -278,11 +335,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--corpus", action="store_true", help="measure the repository's own corpus (its nn.Module programs) instead"
     )
+    parser.add_argument(
+        "--package",
+        default="",
+        help="also export each module torchmux takes with these backends (comma-separated), save, load, call",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
     ns = parser.parse_args(argv)
+    packages = [b for b in ns.package.split(",") if b]
     if ns.child:
-        child(ns.child, ns.module_timeout, ns.first)
+        child(ns.child, ns.module_timeout, ns.first, packages)
         return 0
     if ns.report:
         with open(ns.report) as f:
@@ -304,7 +367,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     start = time.perf_counter()
     with ThreadPoolExecutor(max(1, ns.jobs)) as pool:
-        records = [r for rs in pool.map(lambda p: _run_file(p, ns.timeout, ns.module_timeout), files) for r in rs]
+        records = [
+            r for rs in pool.map(lambda p: _run_file(p, ns.timeout, ns.module_timeout, ns.package), files) for r in rs
+        ]
     if ns.json:
         with open(ns.json, "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in records)
@@ -403,6 +468,38 @@ def report(records: list[dict[str, Any]], files: int, verbose: bool = False) -> 
         print(f"why {step} refused ({len(failed)} modules):")
         for name, k in counts.most_common():
             print(f"  {k:4}  {name}")
+    _report_packages([r for r in ran if r.get("packages")])
+
+
+def _report_packages(records: list[dict[str, Any]]) -> None:
+    """``--package``: per backend, what ran after export -> save -> load, and whether it answered as eager."""
+    if not records:
+        return
+    backends = sorted({b for r in records for b in r["packages"]})
+    print(f"through a package (export -> save -> load -> call), {len(records)} modules:")
+    print(
+        f"  {'backend':14}{'ran on it':>11}{'fell back':>11}{'eager answer':>14}{'random':>8}{'wrong':>7}{'error':>7}"
+    )
+    for b in backends:
+        runs = [r["packages"][b] for r in records if b in r["packages"]]
+        done = [p for p in runs if p["ok"]]
+        on = [p for p in done if p["loaded"] == b]
+        right = [p for p in done if p["correct"]]
+        random = [p for p in done if not p["correct"] and p["random"]]
+        wrong = [p for p in done if not p["correct"] and not p["random"]]
+        print(
+            f"  {b:14}{len(on):>11}{len(done) - len(on):>11}{len(right):>14}{len(random):>8}{len(wrong):>7}"
+            f"{len(runs) - len(done):>7}"
+        )
+    for r in records:
+        for b, p in sorted(r["packages"].items()):
+            if not p["ok"]:
+                print(f"  {b}: {r['repo']}/{r['module']}: error {p['why'][:160]}")
+            elif not p["correct"]:
+                kind = "random graph" if p["random"] else "WRONG"
+                print(f"  {b}: {r['repo']}/{r['module']}: {kind}: {p['differs'][:100]}")
+            elif p["loaded"] != b:
+                print(f"  {b}: {r['repo']}/{r['module']}: ran {p['loaded']}: {(p['notes'] or [''])[0][:160]}")
 
 
 if __name__ == "__main__":

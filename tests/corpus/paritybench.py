@@ -48,6 +48,7 @@ import sys
 import time
 import types
 import warnings
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from unittest import mock
@@ -331,12 +332,14 @@ def _run_file(path: str, timeout: int, per_module_timeout: int) -> list[dict[str
     return run_file(os.path.abspath(__file__), path, repo, timeout, per_module_timeout)
 
 
-def run_file(script: str, path: str, repo: str, timeout: int, per_module_timeout: int) -> list[dict[str, Any]]:
-    """The records ``script --child path`` prints (this file's and ``export_coverage.py``'s children: a
-    line ``# <index> <name>`` before each case, a JSON line after it). Where a case kills the child (a
-    segfault, the out-of-memory killer), it is recorded as crashed and a new child starts at the next
-    case (``--first``), within the file's ``timeout`` in all."""
-    cmd = [sys.executable, script, "--child", path, "--module-timeout", str(per_module_timeout)]
+def run_file(
+    script: str, path: str, repo: str, timeout: int, per_module_timeout: int, extra: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """The records ``script --child path [extra...]`` prints (this file's and ``export_coverage.py``'s
+    children: a line ``# <index> <name>`` before each case, a JSON line after it). Where a case kills the
+    child (a segfault, the out-of-memory killer), it is recorded as crashed and a new child starts at the
+    next case (``--first``), within the file's ``timeout`` in all."""
+    cmd = [sys.executable, script, "--child", path, "--module-timeout", str(per_module_timeout), *extra]
     records: list[dict[str, Any]] = []
     deadline, first = time.monotonic() + timeout, 0
     while True:

@@ -174,3 +174,46 @@ def test_export_coverage_counts_a_program_holding_a_fake_tensor_as_refused(tmp_p
     assert not held["torchmux"]["ok"]
     taken = [r for r in records.values() if r.get("status") == "ok"]
     assert all(r["torchmux"]["ok"] for r in taken if r["nonstrict"]["ok"] or r["strict"]["ok"])
+
+
+def test_export_coverage_takes_each_module_through_a_package(tmp_path, capsys) -> None:
+    """``--package``: each module torchmux's capture takes is exported with the backend named, saved, loaded
+    and called; the record says what ran and whether it answered as eager. ``Indexed`` takes a Python int
+    (research code's layer index), which a package holds fixed and checks each call."""
+    (tmp_path / "test_someone_indexed.py").write_text(INDEXED)
+    import export_coverage
+
+    out = tmp_path / "packages.jsonl"
+    assert export_coverage.main([str(tmp_path), "--package", "onnxruntime,eager", "--json", str(out)]) == 0
+    records = {r["module"]: r for r in map(json.loads, out.read_text().splitlines())}
+    for name in ("Indexed#0", "Plain#1"):
+        packages = records[name]["packages"]
+        for backend in ("onnxruntime", "eager"):
+            p = packages[backend]
+            assert p["ok"] and p["exported"] == p["loaded"] == backend and p["correct"], (name, backend, p)
+    report = capsys.readouterr().out
+    assert "through a package (export -> save -> load -> call), 2 modules:" in report
+
+
+INDEXED = HEADER + textwrap.dedent("""
+    class Indexed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x, res, i):
+            if i == 1:
+                res = self.fc(res)
+            return (x + res) * math.sqrt(0.5)
+
+
+    class Plain(nn.Module):
+        def forward(self, x):
+            return torch.tanh(x) * 2
+
+
+    TESTCASES = [
+        (Indexed, lambda: ([], {}), lambda: ([torch.rand([2, 4]), torch.rand([2, 4]), 1], {}), True),
+        (Plain, lambda: ([], {}), lambda: ([torch.rand([3, 5])], {}), True),
+    ]
+    """)
