@@ -122,7 +122,7 @@ import torch
 from ..core import settings
 from ..core.artifacts import atomic_write
 from ..core.compare import mismatch
-from ..core.ir import GraphIR, op_name
+from ..core.ir import GraphIR, op_name, viewed
 
 POLICIES = ("off", "first", "sparse", "always")
 SPARSE_UNTIL = 8192  # calls 16, 32, ..., 8192 are scheduled; after that every SPARSE_EVERY-th
@@ -396,7 +396,7 @@ def _all_copied(args: Sequence[Any], kinds: Sequence[str]) -> bool:
 def _input_aliases(ir: GraphIR) -> set[int]:
     """The outputs that are an input or a view of one in the graph itself (a training forward graph
     returns inputs it saves for backward): returning the input's buffer there is the right answer."""
-    return {i for i, node in enumerate(ir.outputs) if getattr(_viewed(node), "op", None) == "placeholder"}
+    return {i for i, node in enumerate(ir.outputs) if getattr(viewed(node), "op", None) == "placeholder"}
 
 
 def _weight_outputs(ir: GraphIR) -> set[int]:
@@ -405,21 +405,10 @@ def _weight_outputs(ir: GraphIR) -> set[int]:
     kinds = dict(zip(ir.placeholders, ir.input_kinds))
     out = set()
     for i, node in enumerate(ir.outputs):
-        root = _viewed(node)
+        root = viewed(node)
         if isinstance(root, torch.fx.Node) and (root.op == "get_attr" or kinds.get(root, "input") != "input"):
             out.add(i)
     return out
-
-
-def _viewed(node: Any) -> Any:
-    """What ``node`` is a view of, through any chain of views (itself where it is none)."""
-    while isinstance(node, torch.fx.Node) and node.op == "call_function":
-        schema = getattr(node.target, "_schema", None)
-        returns = schema.returns if schema is not None else ()
-        if not (returns and returns[0].alias_info is not None and node.args):
-            break
-        node = node.args[0]  # a view: follow it to what it views
-    return node
 
 
 # ------------------------------------------------------------------------------------------- checks beside the call

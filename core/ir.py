@@ -563,6 +563,18 @@ def op_name(node: fx.Node) -> str:
     return _target_name(node)
 
 
+def viewed(node: Any) -> Any:
+    """What ``node`` is a view of, through any chain of views (``node`` itself where it is none): each
+    step an op whose schema says its result aliases its first argument."""
+    while isinstance(node, fx.Node) and node.op == "call_function":
+        schema = getattr(node.target, "_schema", None)
+        returns = schema.returns if schema is not None else ()
+        if not (returns and returns[0].alias_info is not None and node.args):
+            break
+        node = node.args[0]
+    return node
+
+
 class ReferenceInterpreter(fx.Interpreter):
     """Runs a normalized graph one ATen op at a time: the correctness oracle.
 

@@ -113,13 +113,26 @@ def program_runner(program: Any) -> Any:
 
 def writes_in_place(program: Any) -> bool:
     """Whether ``program`` (an ``ExportedProgram`` as ``torch.export.export`` gives it, in-place ops kept)
-    writes anything in place, so that running it as it is may write the caller's inputs (``x /= norm``):
-    a runner of it copies its inputs first (:func:`program_runner`, AOTInductor's package)."""
-    return any(
-        isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
-        for n in program.graph.nodes
-        if n.op == "call_function"
-    )
+    writes one of the user's inputs in place (``x /= norm``, or through a view of ``x``), so that running
+    it as it is writes the caller's tensor: a runner of it copies its inputs first (:func:`program_runner`,
+    AOTInductor's package). An in-place op on a value the program made (``nn.ReLU(inplace=True)`` after a
+    convolution) writes nothing of the caller's."""
+    from torch.export.graph_signature import InputKind
+
+    from .ir import viewed
+
+    user = {s.arg.name for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT}
+    for n in program.graph.nodes:
+        schema = getattr(n.target, "_schema", None) if n.op == "call_function" else None
+        if schema is None or not schema.is_mutable:
+            continue
+        values = list(n.args) + [n.kwargs.get(a.name) for a in schema.arguments[len(n.args) :]]
+        for arg, value in zip(schema.arguments, values):
+            written = arg.alias_info is not None and arg.alias_info.is_write
+            root = viewed(value) if written else None
+            if isinstance(root, torch.fx.Node) and root.op == "placeholder" and root.name in user:
+                return True
+    return False
 
 
 def constant_inputs(program: Any) -> list[tuple[int, Any]]:

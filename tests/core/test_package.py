@@ -102,3 +102,37 @@ def test_members_start_on_64_byte_boundaries_and_weights_are_views_of_the_checke
     for name, array in copied.items():
         assert array.flags.writeable and array.flags.aligned and not np.shares_memory(array, buffer)
         assert np.array_equal(array, weights[name])
+
+
+def test_writes_in_place_means_the_callers_inputs_only() -> None:
+    """A runner copies its inputs only where the program writes one of them (directly or through a view):
+    ``nn.ReLU(inplace=True)`` after a convolution writes a value the program made, and a ResNet's package
+    must not pay a copy of its input on every call for it."""
+    import torch
+    from torch import nn
+
+    from torchmux.core.package import writes_in_place
+
+    class Divides(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x /= x.norm()
+            return x * 2
+
+    class ThroughAView(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x.view(-1).mul_(2)
+            return x + 1
+
+    conv_then_relu = nn.Sequential(nn.Conv2d(3, 3, 1), nn.ReLU(inplace=True))
+    relu_first = nn.Sequential(nn.ReLU(inplace=True), nn.Conv2d(3, 3, 1))
+    x = torch.rand(2, 3, 4, 4)
+    verdicts = {
+        name: writes_in_place(torch.export.export(m.eval(), (x.clone(),)))
+        for name, m in [
+            ("divides", Divides()),
+            ("view", ThroughAView()),
+            ("conv", conv_then_relu),
+            ("relu", relu_first),
+        ]
+    }
+    assert verdicts == {"divides": True, "view": True, "conv": False, "relu": True}

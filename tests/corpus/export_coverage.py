@@ -472,7 +472,8 @@ def report(records: list[dict[str, Any]], files: int, verbose: bool = False) -> 
 
 
 def _report_packages(records: list[dict[str, Any]]) -> None:
-    """``--package``: per backend, what ran after export -> save -> load, and whether it answered as eager."""
+    """``--package``: per backend, what ran after export -> save -> load (for ``auto``: whether it was its
+    choice), and whether it answered as eager."""
     if not records:
         return
     backends = sorted({b for r in records for b in r["packages"]})
@@ -483,7 +484,7 @@ def _report_packages(records: list[dict[str, Any]]) -> None:
     for b in backends:
         runs = [r["packages"][b] for r in records if b in r["packages"]]
         done = [p for p in runs if p["ok"]]
-        on = [p for p in done if p["loaded"] == b]
+        on = [p for p in done if p["loaded"] == _meant(b, p)]
         right = [p for p in done if p["correct"]]
         random = [p for p in done if not p["correct"] and p["random"]]
         wrong = [p for p in done if not p["correct"] and not p["random"]]
@@ -498,8 +499,16 @@ def _report_packages(records: list[dict[str, Any]]) -> None:
             elif not p["correct"]:
                 kind = "random graph" if p["random"] else "WRONG"
                 print(f"  {b}: {r['repo']}/{r['module']}: {kind}: {p['differs'][:100]}")
-            elif p["loaded"] != b:
+            elif p["loaded"] != _meant(b, p):
                 print(f"  {b}: {r['repo']}/{r['module']}: ran {p['loaded']}: {(p['notes'] or [''])[0][:160]}")
+    if "auto" in backends:
+        chosen = collections.Counter(r["packages"]["auto"].get("exported") for r in records if "auto" in r["packages"])
+        print(f"  auto chose: {dict(chosen.most_common())}")
+
+
+def _meant(backend: str, p: dict[str, Any]) -> str:
+    """What a package exported with ``backend`` should run after load: that backend, or auto's choice."""
+    return str(p["exported"]) if backend == "auto" else backend
 
 
 if __name__ == "__main__":
