@@ -574,10 +574,17 @@ def _dim_names(
 def _symbol_ranges(program: torch.export.ExportedProgram) -> dict[str, tuple[int, int | None]]:
     out: dict[str, tuple[int, int | None]] = {}
     for sym, vr in program.range_constraints.items():
-        lo = int(vr.lower) if vr.lower.is_finite else 0
-        hi = int(vr.upper) if vr.upper.is_finite else None
-        out[str(sym)] = (lo, hi)
+        out[str(sym)] = (_bound(vr.lower, 0), _bound(vr.upper, None))
     return out
+
+
+def _bound(value: Any, unbounded: int | None) -> int | None:
+    """A range's end as an int; ``unbounded`` for an infinite one (sympy's ``oo``, or torch's own ``int_oo``
+    of an unbacked ``.item()`` value, whose ``is_finite`` does not say so)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return unbounded
 
 
 def _plan(

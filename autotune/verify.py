@@ -273,12 +273,15 @@ def input_kind(args: Sequence[Any], keyed: Sequence[int]) -> tuple:
 
 
 def is_random(ir: GraphIR) -> bool:
-    """Whether the graph draws random numbers (its values cannot be compared with the reference's).
+    """Whether the graph draws random numbers (its values cannot be compared with the reference's), in
+    its own ops or in a branch or loop body it calls (``torch.cond``'s subgraphs: a dropout in one branch).
     Read once per graph object and its node count (each check asks; the walk took ~65 us on 8 ops)."""
     key = len(ir.graph.nodes)
     known = _RANDOM.get(ir)
     if known is None or known[0] != key:
-        known = _RANDOM[ir] = (key, any(any(w in op_name(n).lower() for w in _RNG_WORDS) for n in ir.op_nodes))
+        graphs = [ir.gm] + [m for m in ir.gm.modules() if isinstance(m, torch.fx.GraphModule) and m is not ir.gm]
+        nodes = [n for g in graphs for n in g.graph.nodes if n.op == "call_function"]
+        known = _RANDOM[ir] = (key, any(any(w in op_name(n).lower() for w in _RNG_WORDS) for n in nodes))
     return known[1]
 
 

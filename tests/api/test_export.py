@@ -796,3 +796,46 @@ def test_a_package_rebuilds_a_placement_of_several_regions_as_export_placed_it(t
     assert m.backend == "tvm" and len(notes) == 1 and "rebuilt from the program" in notes[0], notes
     with torch.no_grad():
         torch.testing.assert_close(m(*args), model(*args))
+
+
+class ArgmaxTest(nn.Module):
+    """``.item()`` of an argmax in an if-test: the program holds an unbacked size whose range is unbounded."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum(0).argmax().item() == 3:
+            x = x * 2
+        return x - 1
+
+
+class DropoutInABranch(nn.Module):
+    """A dropout in one branch of a data-dependent ``if`` (the mend pass makes it ``torch.cond``)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.mean() > 0:
+            y = nn.functional.dropout(x, 0.5, True)
+        else:
+            y = x * 0.5
+        return y
+
+
+def test_programs_of_the_corpus_that_failed_on_their_way_through_a_package(tmp_path) -> None:
+    """Found by ``export_coverage.py --corpus --package auto``: an unbacked ``.item()`` size's range ends at
+    torch's own infinity, which ``int()`` cannot take (``'Infinity' object has no attribute '_mpf_'``), and
+    a dropout inside ``torch.cond``'s branch was not seen as random, so every candidate, eager included,
+    was compared by value and refused."""
+    torch.manual_seed(17)
+    x = torch.randn(4, 16)
+    x[:, 3] += 10  # the argmax is 3: the taken branch
+    model = ArgmaxTest().eval()
+    exported = torchmux.export(model, (x,), backend="onnxruntime")
+    assert exported.backend == "onnxruntime"
+    assert all(hi is None for lo, hi in exported.plan["symbols"].values())  # the unbacked size, unbounded
+    m = torchmux.load(exported.save(tmp_path / "argmax.tmux"))
+    with torch.no_grad():
+        torch.testing.assert_close(m(x), model(x))
+    noisy = DropoutInABranch().eval()
+    exported = torchmux.export(noisy, (x.abs(),), backend="eager")
+    assert exported.backend == "eager"
+    m = torchmux.load(exported.save(tmp_path / "dropout.tmux"))
+    out = m(x.abs())
+    assert out.shape == x.shape and bool(((out == 0) | (out == 2 * x.abs())).all())  # dropout's own draws
