@@ -574,17 +574,18 @@ def _dim_names(
 def _symbol_ranges(program: torch.export.ExportedProgram) -> dict[str, tuple[int, int | None]]:
     out: dict[str, tuple[int, int | None]] = {}
     for sym, vr in program.range_constraints.items():
-        out[str(sym)] = (_bound(vr.lower, 0), _bound(vr.upper, None))
+        lo, hi = _bound(vr.lower), _bound(vr.upper)
+        out[str(sym)] = (lo if lo is not None else 0, hi)
     return out
 
 
-def _bound(value: Any, unbounded: int | None) -> int | None:
-    """A range's end as an int; ``unbounded`` for an infinite one (sympy's ``oo``, or torch's own ``int_oo``
-    of an unbacked ``.item()`` value, whose ``is_finite`` does not say so)."""
+def _bound(value: Any) -> int | None:
+    """A range's end as an int; None for an infinite one (sympy's ``oo``, or torch's own ``int_oo`` of an
+    unbacked ``.item()`` value, whose ``is_finite`` does not say so)."""
     try:
         return int(value)
     except (TypeError, ValueError, OverflowError, AttributeError):
-        return unbounded
+        return None
 
 
 def _plan(
