@@ -170,6 +170,7 @@ class _Call:
         # the user's fixed Python values among the flat inputs (an int the program was specialized to):
         # checked, then left out; the IR and every backend take the tensors alone
         self._constants = [(int(i), v) for i, v in plan.get("constants") or ()]
+        self._fixed = {i for i, _ in self._constants}
         # every input positional, each a tensor: the call's args are the flat inputs themselves
         self._positional = self._in_spec == pytree.tree_structure(((0,) * self._n, {}))
         self._build = _builder(self._out_spec)
@@ -223,8 +224,7 @@ class _Call:
                     f"argument {i} must be {value!r}: the program was exported with that value and specialized "
                     f"to it, got {got!r}; export again with the value you pass (or pass it as a tensor)"
                 )
-        fixed = {i for i, _ in self._constants}
-        return [a for i, a in enumerate(leaves) if i not in fixed]
+        return [a for i, a in enumerate(leaves) if i not in self._fixed]
 
     def _describe(self) -> str:
         return ", ".join(f"{s['dtype']}{s['shape']} on {s['device']}" for s in self.plan["inputs"])

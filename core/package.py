@@ -91,8 +91,8 @@ def program_runner(program: Any) -> Any:
     """An ``ExportedProgram`` as a package runs it eagerly: called with the program's flat tensor inputs
     (with its fixed Python values, :func:`constant_inputs`, put back between them and unflattened by its
     input spec), returning the flat outputs (eager's artifact, and every fallback). Where the program
-    writes anything in place (``x /= norm`` on an input: torch.export's graph keeps the in-place op), the
-    inputs are copied first: a package never writes the caller's tensors, on any backend
+    writes one of its inputs in place (:func:`writes_in_place`: ``x /= norm``, which torch.export's graph
+    keeps), the inputs are copied first: a package never writes the caller's tensors, on any backend
     (``frontends/export.py``)."""
     import torch.utils._pytree as pytree
 

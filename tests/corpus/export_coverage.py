@@ -262,6 +262,7 @@ def _package(program: Any, backend: str, seconds: int, observe: Any) -> dict[str
 
     import torchmux
     from torchmux.autotune.verify import is_random
+    from torchmux.bench.zoo import tensors_of
     from torchmux.core.compare import mismatch
 
     def go() -> dict[str, Any]:
@@ -280,7 +281,7 @@ def _package(program: Any, backend: str, seconds: int, observe: Any) -> dict[str
                 "" if reference.error == seen.error else f"raised {seen.error} where eager raised {reference.error}"
             )
         else:
-            differs = mismatch(_tensors(seen.output), _tensors(reference.output)) or ""
+            differs = mismatch(tensors_of(seen.output), tensors_of(reference.output)) or ""
         return {
             "exported": exported.backend,
             "loaded": loaded.backend,
@@ -291,12 +292,6 @@ def _package(program: Any, backend: str, seconds: int, observe: Any) -> dict[str
         }
 
     return _bounded(seconds, go)
-
-
-def _tensors(out: Any) -> list[Any]:
-    import torch
-
-    return [t for t in _flat(out) if isinstance(t, torch.Tensor)]
 
 
 def _flat(out: Any) -> list[Any]:
