@@ -21,6 +21,8 @@ the built-ins.
   differ from eager on NaN/±inf inputs (set them as ``Backend.nonfinite_unsafe``).
 - Environment probes that never import the library they ask about: :func:`package_version`,
   :func:`module_present`, :func:`version_tuple`, :func:`has_cuda`.
+- CUDA: :func:`record_cuda_graph` (a compiled call recorded once and replayed as one CUDA graph, on
+  static input buffers; ``core/cudagraph.py``).
 - Artifacts: :func:`artifact_dir` (under ``TORCHMUX_CACHE_DIR``), :func:`atomic_write`,
   :func:`debug_dir` (``TORCHMUX_DEBUG_DIR``); the fleet's shared cache (``TORCHMUX_REMOTE_CACHE``):
   :func:`fetch_artifact` (is the file here, locally or fetched from the remote cache?) and
@@ -58,6 +60,7 @@ from .core.backend import (
     package_version,
     version_tuple,
 )
+from .core.cudagraph import record as record_cuda_graph
 from .core.hookspecs import hookimpl
 from .core.ir import GraphIR, TensorSpec, op_name, spec_of
 from .core.package import program_runner, writes_in_place
@@ -94,6 +97,7 @@ __all__ = [
     "program_runner",
     "writes_in_place",
     "publish_artifact",
+    "record_cuda_graph",
     "sign",
     "size_outputs",
     "spec_of",

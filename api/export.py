@@ -17,7 +17,9 @@ its module path); a deployed model should not pay that. ``export`` is the second
    runs differ (ONNX Runtime's package session has its own arena and no I/O binding); the choice is
    made on what the package runs. With ``options={"split": N}`` a split placement joins them
    (:func:`_split`): pieces placed by measurement, each built from its own exported program, saved,
-   loaded back and wired (``load.Pieces``), checked and timed like the rest.
+   loaded back and wired (``load.Pieces``), checked and timed like the rest. On CUDA with static
+   shapes each shipped candidate is also measured replayed as one CUDA graph (:func:`_graphed`,
+   ``<backend>+cudagraphs``).
 3. **Save** (``ExportedModel.save``): the package (``core/package.py``) holds the ``ExportedProgram``,
    the chosen backend's artifact in its native form (``Backend.save``), and ``plan.json``: the inputs'
    specs and ranges, the pytree specs, and every candidate's measurement, best first.
@@ -31,7 +33,8 @@ backend takes the tensors alone, and each call checks the value), ``symbols`` (n
 ``names`` (symbol -> the user's ``Dim`` name, for messages and ``package inspect``),
 ``in_spec``/``out_spec`` (``torch.utils._pytree.treespec_dumps``), ``candidates`` (backend, version,
 the plugin and distribution that provide it (load imports that one plugin only), ok, median ms,
-compile s, reason, artifact folder or None), ``chosen``, ``device``, ``threads``, ``graph`` (name, op
+compile s, reason, artifact folder or None; ``<backend>+cudagraphs``: that backend's artifact, its call
+recorded as a CUDA graph at load), ``chosen``, ``device``, ``threads``, ``graph`` (name, op
 count, fingerprint), ``capture`` (strict, mended).
 """
 
@@ -60,7 +63,7 @@ from ..core.errors import TorchmuxError, TorchmuxFallbackWarning
 from ..core.ir import GraphIR
 from ..core.registry import get_registry
 from ..frontends.export import Captured, capture
-from .load import SPLIT, LoadedModel, PackageInputError, _Call, load
+from .load import GRAPHED, SPLIT, LoadedModel, PackageInputError, _Call, base_of, load
 
 __all__ = ["ExportedModel", "LoadedModel", "PackageInputError", "export", "load"]
 
@@ -123,6 +126,8 @@ def export(
     by_name = {b.name: b for b in candidates}
     saved, shipped = _ship(frozen, captured, results, by_name, flat, config, device)
     live = [(m, shipped[m.backend]) for m in results if m.ok and m.backend in shipped]
+    if device == "cuda" and config.auto and frozen.is_static:
+        live += _graphed(frozen, results, live, shipped, flat)
     budget = float(config.get("autotune_budget")) if "autotune_budget" in config.own else EXPORT_TIMING_SECONDS
     if config.auto and len(live) > 1:
         for m, _ in live:
@@ -148,7 +153,8 @@ def export(
             TorchmuxFallbackWarning,
             stacklevel=2,
         )
-    saved = {k: v for k, v in saved.items() if k == chosen.backend}  # the package holds the chosen artifact
+    # the package holds the chosen artifact (a graphed candidate's is its backend's: recorded again at load)
+    saved = {k: v for k, v in saved.items() if k == base_of(chosen.backend)}
     names = _dim_names(model, args, kwargs or {}, dynamic_shapes, captured.program)
     plan = _plan(captured, frozen, flat, results, chosen, by_name, saved, device, config.options_for, names)
     return ExportedModel(captured, plan, saved, shipped.get(chosen.backend) or pkg.program_runner(captured.program))
@@ -201,6 +207,46 @@ def _ship(
                 continue
         shipped[m.backend] = fn
     return saved, shipped
+
+
+def _graphed(
+    frozen: GraphIR,
+    results: list[Measurement],
+    live: Sequence[tuple[Measurement, Callable[..., Any]]],
+    shipped: dict[str, Callable[..., Any]],
+    flat: Sequence[torch.Tensor],
+) -> list[tuple[Measurement, Callable[..., Any]]]:
+    """Step 3b, on CUDA with static shapes: each shipped candidate (but eager, and ``cudagraphs``, which is
+    eager's call recorded) also as its call recorded once and replayed as one CUDA graph
+    (``core/cudagraph.py``), named ``<backend>+cudagraphs`` (:data:`GRAPHED`): an AOTInductor library's
+    or ONNX Runtime's launches replayed, which no backend offers alone (Inductor's ``reduce-overhead``
+    does it behind Dynamo). Each is checked like any candidate (twice, against the reference) and joins
+    the timing rounds; one that cannot be recorded or answers wrong is a failed measurement with the
+    reason. It stores its backend's artifact; ``torchmux.load`` records it again from the loaded call."""
+    from ..autotune.tuner import short_error
+    from ..autotune.verify import check_call
+    from ..core.cudagraph import record
+
+    added = []
+    for m, fn in list(live):
+        if m.backend in ("eager", "cudagraphs") or m.backend.startswith(SPLIT):
+            continue
+        g = Measurement(m.backend + GRAPHED, math.inf, False, placement=m.placement)
+        t0 = time.perf_counter()
+        try:
+            graphed = record(fn, flat, relaxed=True)
+            _, wrong = check_call(frozen, graphed, flat, twice=True)
+        except Exception as e:
+            graphed, wrong = fn, f"could not be recorded as a CUDA graph: {short_error(e)}"
+        g.compile_seconds = m.compile_seconds + time.perf_counter() - t0
+        if wrong:
+            g.reason = wrong
+        else:
+            g.ok = True
+            shipped[g.backend] = graphed
+            added.append((g, graphed))
+        results.append(g)
+    return added
 
 
 def _saved_and_loaded(
@@ -602,6 +648,7 @@ def _plan(
 ) -> dict[str, Any]:
     program = captured.program
     ranked = sorted(results, key=lambda m: (m is not chosen, not m.ok, m.seconds if m.seconds == m.seconds else 0.0))
+    base = {m.backend: base_of(m.backend) for m in ranked}  # a graphed candidate: its backend's entries
     return {
         "inputs": _input_specs(program),
         "constants": [[i, v] for i, v in pkg.constant_inputs(program)],
@@ -617,17 +664,17 @@ def _plan(
         "candidates": [
             {
                 "backend": m.backend,
-                "version": by_name[m.backend].version if m.backend in by_name else "-",
-                "plugin": get_registry().plugin_of(m.backend),
-                "package": get_registry().package_of(m.backend),
+                "version": by_name[base[m.backend]].version if base[m.backend] in by_name else "-",
+                "plugin": get_registry().plugin_of(base[m.backend]),
+                "package": get_registry().package_of(base[m.backend]),
                 "ok": m.ok,
                 "ms": None if not m.ok or m.seconds != m.seconds else round(m.seconds * 1e3, 4),
                 "compile_s": round(m.compile_seconds, 3),
                 "reason": m.reason,
-                "artifact": f"artifacts/{_folder(m.backend)}/" if m.backend in saved else None,
+                "artifact": f"artifacts/{_folder(base[m.backend])}/" if base[m.backend] in saved else None,
                 "unsaved": _unsaved(m, saved),
-                "native": bool(saved[m.backend].native) if m.backend in saved else False,
-                "options": _jsonable(options_for(m.backend)),
+                "native": bool(saved[base[m.backend]].native) if base[m.backend] in saved else False,
+                "options": _jsonable(options_for(base[m.backend])),
             }
             for m in ranked
         ],
@@ -637,7 +684,7 @@ def _plan(
 def _unsaved(m: Measurement, saved: Mapping[str, SavedGraph]) -> str | None:
     """Why a correct candidate has no compiled form in the package (``torchmux.load`` rebuilds it from the
     program and says this), or None."""
-    if not m.ok or m.backend in saved or m.backend == "eager" or m.backend.startswith(SPLIT):
+    if not m.ok or base_of(m.backend) in saved or m.backend == "eager" or m.backend.startswith(SPLIT):
         return None
     regions, eager = getattr(m.placement, "regions", 1), getattr(m.placement, "ops_eager", 0)
     if regions != 1:

@@ -313,6 +313,12 @@ class _Call:
 
 
 SPLIT = "split("  # a split placement's name: split(onnxruntime,inductor), its artifact folder artifacts/split/
+GRAPHED = "+cudagraphs"  # inductor+cudagraphs: inductor's artifact, its loaded call replayed as one CUDA graph
+
+
+def base_of(name: str) -> str:
+    """The backend a candidate's name runs: ``inductor`` for ``inductor+cudagraphs``."""
+    return name.removesuffix(GRAPHED)
 
 
 class Pieces:
@@ -409,32 +415,56 @@ class LoadedModel(_Call):
                 except Exception as e:
                     self.notes.append(f"{name} failed to load: {type(e).__name__}: {str(e)[:200]}")
                     continue
-            b = find_backend(name, entry.get("plugin"), entry.get("package"))  # that plugin, not every one
+            base = base_of(name)
+            b = find_backend(base, entry.get("plugin"), entry.get("package"))  # that plugin, not every one
             if b is None:
-                self.notes.append(f"{name} is not installed here")
+                self.notes.append(f"{base} is not installed here")
                 continue
             avail = b.availability()
             if not avail.ok or not b.supports_device(self.plan["device"]):
-                self.notes.append(f"{name} cannot run here ({avail.reason or 'not on ' + self.plan['device']})")
+                self.notes.append(f"{base} cannot run here ({avail.reason or 'not on ' + self.plan['device']})")
                 continue
             folder = entry.get("artifact")
             try:
                 if folder:
                     why = self._untrusted(folder, entry)
                     if why is None:
-                        return name, b.load(self._request(b, folder))
-                    self.notes.append(f"{name}'s stored artifact not used ({why}): rebuilt from the program")
+                        return self._graphed(name, b.load(self._request(b, folder)))
+                    self.notes.append(f"{base}'s stored artifact not used ({why}): rebuilt from the program")
                 elif name != "eager" and name == self.plan["chosen"]:
                     why = entry.get("unsaved") or "its backend saves no compiled form"
-                    self.notes.append(f"{name} has no compiled form in the package ({why}): rebuilt from the program")
+                    self.notes.append(f"{base} has no compiled form in the package ({why}): rebuilt from the program")
                 elif name != "eager":
                     continue  # a candidate with nothing stored: the next stored one, then eager, comes first
                 if name == "eager":
                     return name, pkg.program_runner(self.program())
-                return name, self._rebuild(b)
+                return self._graphed(name, self._rebuild(b))
             except Exception as e:
-                self.notes.append(f"{name} failed to load: {type(e).__name__}: {str(e)[:200]}")
+                self.notes.append(f"{base} failed to load: {type(e).__name__}: {str(e)[:200]}")
         raise TorchmuxError(f"no backend can run the package {self.reader.path}: " + "; ".join(self.notes))
+
+    def _graphed(self, name: str, fn: Callable[..., Any]) -> tuple[str, Callable[..., Any]]:
+        """``fn`` (``name``'s backend loaded) as ``name`` runs it: for ``<backend>+cudagraphs``, recorded as one
+        CUDA graph on inputs made from the plan's specs and checked once against the reference, as at
+        export; a graph that cannot be recorded here leaves the backend's own call, with a note."""
+        base = base_of(name)
+        if name == base:
+            return name, fn
+        from ..core.compare import mismatch
+        from ..core.cudagraph import record
+
+        try:
+            args = self.example_inputs()
+            graphed = record(fn, args, relaxed=True)
+            wrong = mismatch(list(graphed(*args)), list(fn(*[a.clone() for a in args])))
+            if wrong:
+                raise RuntimeError(f"its replay answers unlike its call: {wrong}")
+        except Exception as e:
+            self.notes.append(
+                f"{base}'s call could not be replayed as a CUDA graph here ({type(e).__name__}: {str(e)[:200]})"
+            )
+            return base, fn
+        return name, graphed
 
     def _open_split(self, entry: Mapping[str, Any]) -> Pieces:
         """A split placement: each piece's artifact opened by its backend, with the piece's own program
@@ -604,7 +634,9 @@ class LoadedModel(_Call):
             self.backend, fn = "eager", pkg.program_runner(fresh)
         else:
             try:
-                fn = self._rebuild(registry.get(self.backend), fresh)
+                self.backend, fn = self._graphed(
+                    self.backend, self._rebuild(registry.get(base_of(self.backend)), fresh)
+                )
             except Exception as e:
                 warnings.warn(
                     f"torchmux: {self.backend} could not be rebuilt with the new weights ({type(e).__name__}: "

@@ -1,9 +1,8 @@
 """CUDA graphs: record the graph's kernels once, replay them with one launch.
 
 It removes per-op launch overhead (the win for small batches on a GPU), not work. The graph is
-recorded from the eager ATen graph on static input buffers; each call copies the inputs in, replays,
-and returns clones of the outputs (so a later replay cannot overwrite what the caller holds; a backward
-graph's None gradients pass as they are).
+recorded from the eager ATen graph by the kit's ``record_cuda_graph`` (core/cudagraph.py says how: static
+input buffers, each call copies the inputs in, replays, returns clones of the outputs).
 Available only where CUDA is.
 """
 
@@ -40,26 +39,7 @@ class CudaGraphsBackend(extend.Backend):
     def compile(self, request: extend.CompileRequest) -> extend.CompiledGraph:
         if request.device != "cuda":
             raise RuntimeError("cudagraphs runs CUDA tensors only")
-        forward = request.ir.gm.forward
-        static_in = [t.clone() if isinstance(t, torch.Tensor) else t for t in request.example_inputs]
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(2):  # warm up outside the recording (allocator, lazy init)
-                forward(*static_in)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_out = list(forward(*static_in))
-
-        def run(*args: torch.Tensor) -> list[torch.Tensor]:
-            for dst, src in zip(static_in, args):
-                if isinstance(dst, torch.Tensor):
-                    dst.copy_(src)
-            graph.replay()
-            return [t.clone() if isinstance(t, torch.Tensor) else t for t in static_out]  # a backward's None
-
-        return run
+        return extend.record_cuda_graph(request.ir.gm.forward, request.example_inputs)
 
 
 @extend.hookimpl

@@ -256,6 +256,11 @@ class _TorchmuxExport:
             path = exported.save(os.path.join(tempfile.mkdtemp(prefix="torchmux-bench-export-"), "model.tmux"))
             self.loaded = torchmux.load(path)
             self.auto_choices = {"program": self.loaded.backend}
+            measured = (
+                f"{c['backend']} {c['ms']} ms" if c["ok"] else f"{c['backend']} failed ({c['reason']})"
+                for c in exported.plan["candidates"]
+            )
+            print(f"torchmux-export:{self.backend} candidates: " + "; ".join(measured), file=sys.stderr, flush=True)
         return self.loaded(*args)
 
 

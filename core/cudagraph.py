@@ -1,0 +1,58 @@
+"""One call replayed as a CUDA graph: the launches of a whole call recorded once, replayed with one.
+
+At small batches a GPU call is launch-bound: the CPU's pace, one kernel launch after another, not the
+GPU's work, sets its time. :func:`record` runs ``fn`` twice on a side stream (lazy initialization, the
+caching allocator's first blocks, a library's own warm-up), then records one call on static input
+buffers into a ``torch.cuda.CUDAGraph``. The callable it returns copies the caller's inputs into those
+buffers, replays the graph and returns clones of its outputs, so a later replay cannot overwrite what
+the caller holds (a backward graph's ``None`` gradients pass as they are). A lock makes each call one
+copy-replay-clone: two threads never share the static buffers at once.
+
+What it records is what ``fn`` launched on that one call, for those shapes: a callable whose work
+depends on its inputs' values (a host sync, a data-dependent size) cannot be recorded, or replays the
+recorded call's choices. The caller checks the graphed callable's answers against the reference
+before trusting it, as any candidate's.
+
+``relaxed``: a compiled library that asks whether its last run finished before it runs again
+(AOTInductor's model container queries a CUDA event) makes a call CUDA refuses while another stream is
+being captured in the default ("global") mode; "relaxed" lets that thread ask. ``aoti_load_package(...,
+run_single_threaded=True)`` is the other way out, and leaves the library unsafe for threads.
+
+Used by the ``cudagraphs`` backend (eager's ATen graph recorded) and by ``torchmux.export`` on CUDA,
+which measures each shipped candidate replayed this way beside itself (``api/export.py``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+
+def record(
+    fn: Callable[..., Sequence[Any]], example_inputs: Sequence[Any], *, relaxed: bool = False
+) -> Callable[..., list[Any]]:
+    """``fn`` recorded on copies of ``example_inputs`` (CUDA tensors); see the module docstring."""
+    static_in = [t.clone() if isinstance(t, torch.Tensor) else t for t in example_inputs]
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):  # warm up outside the recording (allocator, lazy init)
+            fn(*static_in)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, capture_error_mode="relaxed" if relaxed else "global"):
+        static_out = list(fn(*static_in))
+    lock = threading.Lock()
+
+    def run(*args: Any) -> list[Any]:
+        with lock:
+            for dst, src in zip(static_in, args):
+                if isinstance(dst, torch.Tensor):
+                    dst.copy_(src)
+            graph.replay()
+            return [t.clone() if isinstance(t, torch.Tensor) else t for t in static_out]
+
+    return run
