@@ -127,7 +127,7 @@ def export(
     saved, shipped = _ship(frozen, captured, results, by_name, flat, config, device)
     live = [(m, shipped[m.backend]) for m in results if m.ok and m.backend in shipped]
     if device == "cuda" and config.auto and frozen.is_static:
-        live += _graphed(frozen, results, live, shipped, flat)
+        live += _graphed(frozen, results, live, shipped, saved, by_name, flat, captured.program, config, device)
     budget = float(config.get("autotune_budget")) if "autotune_budget" in config.own else EXPORT_TIMING_SECONDS
     if config.auto and len(live) > 1:
         for m, _ in live:
@@ -214,39 +214,68 @@ def _graphed(
     results: list[Measurement],
     live: Sequence[tuple[Measurement, Callable[..., Any]]],
     shipped: dict[str, Callable[..., Any]],
+    saved: Mapping[str, SavedGraph],
+    by_name: Mapping[str, Backend],
     flat: Sequence[torch.Tensor],
+    program: torch.export.ExportedProgram,
+    config: Any,
+    device: str,
 ) -> list[tuple[Measurement, Callable[..., Any]]]:
     """Step 3b, on CUDA with static shapes: each shipped candidate (but eager, and ``cudagraphs``, which is
     eager's call recorded) also as its call recorded once and replayed as one CUDA graph
     (``core/cudagraph.py``), named ``<backend>+cudagraphs`` (:data:`GRAPHED`): an AOTInductor library's
-    or ONNX Runtime's launches replayed, which no backend offers alone (Inductor's ``reduce-overhead``
-    does it behind Dynamo). Each is checked like any candidate (twice, against the reference) and joins
-    the timing rounds; one that cannot be recorded or answers wrong is a failed measurement with the
-    reason. It stores its backend's artifact; ``torchmux.load`` records it again from the loaded call."""
-    from ..autotune.tuner import short_error
+    launches replayed, which no backend offers alone (Inductor's ``reduce-overhead`` does it behind
+    Dynamo). What is recorded is the backend's artifact loaded again for it (``LoadRequest.recorded``:
+    AOTInductor single-threaded), or its compiled callable where it saves none: a recording that fails
+    can leave what it recorded unusable, never the candidate it came from. Each is checked like any
+    candidate (twice, against the reference) within the trial deadline, the recording thread alone held
+    to CUDA's capture rules, and joins the timing rounds; one that cannot be recorded, answers wrong or
+    hangs is a failed measurement with the reason. It stores its backend's artifact; ``torchmux.load``
+    loads and records it again."""
+    from ..autotune.tuner import TrialTimeout, short_error, within_deadline
     from ..autotune.verify import check_call
     from ..core.cudagraph import record
 
+    def recorded(m: Measurement) -> Callable[..., Any]:
+        b, artifact = by_name[m.backend], saved.get(m.backend)
+        fn = m.placement.fn if m.placement is not None else shipped[m.backend]
+        if artifact is not None:
+            weights = partial(pkg.numpy_weights, program)
+            options = config.options_for(m.backend)
+            fn = b.load(
+                LoadRequest(artifact, device, torch.get_num_threads(), options, _constant(program), weights, True)
+            )
+        graphed = record(fn, flat, capture_error_mode="thread_local")
+        _, wrong = check_call(frozen, graphed, flat, twice=True)
+        if wrong:
+            raise _Wrong(wrong)
+        return graphed
+
+    deadline = _deadline(config)
     added = []
-    for m, fn in list(live):
-        if m.backend in ("eager", "cudagraphs") or m.backend.startswith(SPLIT):
+    for m, _ in list(live):
+        if m.backend in ("eager", "cudagraphs") or m.backend.startswith(SPLIT) or m.backend not in by_name:
             continue
         g = Measurement(m.backend + GRAPHED, math.inf, False, placement=m.placement)
         t0 = time.perf_counter()
         try:
-            graphed = record(fn, flat, relaxed=True)
-            _, wrong = check_call(frozen, graphed, flat, twice=True)
-        except Exception as e:
-            graphed, wrong = fn, f"could not be recorded as a CUDA graph: {short_error(e)}"
-        g.compile_seconds = m.compile_seconds + time.perf_counter() - t0
-        if wrong:
-            g.reason = wrong
-        else:
+            graphed = within_deadline(partial(recorded, m), deadline)
             g.ok = True
             shipped[g.backend] = graphed
             added.append((g, graphed))
+        except _Wrong as e:
+            g.reason = str(e)
+        except TrialTimeout:
+            g.reason = f"timed out after {deadline:g} s recording it as a CUDA graph"
+        except Exception as e:
+            g.reason = f"could not be recorded as a CUDA graph: {short_error(e)}"
+        g.compile_seconds = m.compile_seconds + time.perf_counter() - t0
         results.append(g)
     return added
+
+
+class _Wrong(Exception):
+    """A recorded call that answers wrong (the check's reason)."""
 
 
 def _saved_and_loaded(

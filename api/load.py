@@ -429,7 +429,7 @@ class LoadedModel(_Call):
                 if folder:
                     why = self._untrusted(folder, entry)
                     if why is None:
-                        return self._graphed(name, b.load(self._request(b, folder)))
+                        return self._graphed(name, b.load(self._request(b, folder, recorded=name != base)))
                     self.notes.append(f"{base}'s stored artifact not used ({why}): rebuilt from the program")
                 elif name != "eager" and name == self.plan["chosen"]:
                     why = entry.get("unsaved") or "its backend saves no compiled form"
@@ -445,25 +445,18 @@ class LoadedModel(_Call):
 
     def _graphed(self, name: str, fn: Callable[..., Any]) -> tuple[str, Callable[..., Any]]:
         """``fn`` (``name``'s backend loaded) as ``name`` runs it: for ``<backend>+cudagraphs``, recorded as one
-        CUDA graph on inputs made from the plan's specs and checked once against the reference, as at
-        export; a graph that cannot be recorded here leaves the backend's own call, with a note."""
-        base = base_of(name)
-        if name == base:
+        CUDA graph on inputs made from the plan's specs, its replay checked against the call it recorded.
+        Raises where it cannot be recorded here: the package takes its next candidate, with a note."""
+        if name == base_of(name):
             return name, fn
         from ..core.compare import mismatch
         from ..core.cudagraph import record
 
-        try:
-            args = self.example_inputs()
-            graphed = record(fn, args, relaxed=True)
-            wrong = mismatch(list(graphed(*args)), list(fn(*[a.clone() for a in args])))
-            if wrong:
-                raise RuntimeError(f"its replay answers unlike its call: {wrong}")
-        except Exception as e:
-            self.notes.append(
-                f"{base}'s call could not be replayed as a CUDA graph here ({type(e).__name__}: {str(e)[:200]})"
-            )
-            return base, fn
+        args = self.example_inputs()
+        graphed = record(fn, args)
+        wrong = mismatch(list(graphed(*args)), list(fn(*[a.clone() for a in args])))
+        if wrong:
+            raise RuntimeError(f"its call replayed as a CUDA graph answers unlike the call: {wrong}")
         return name, graphed
 
     def _open_split(self, entry: Mapping[str, Any]) -> Pieces:
@@ -538,13 +531,15 @@ class LoadedModel(_Call):
             return f"native code built for {theirs.get('os')}/{theirs.get('arch')}, this is {ours['os']}/{ours['arch']}"
         return None
 
-    def _request(self, b: Backend, folder: str) -> LoadRequest:
+    def _request(self, b: Backend, folder: str, recorded: bool = False) -> LoadRequest:
         files = {m[len(folder) :]: self.reader.read(m) for m in self.reader.names(folder) if m != folder + "meta.json"}
         meta = self.reader.json(folder + "meta.json") if folder + "meta.json" in self.reader.names(folder) else {}
         entry = self._candidate(b.name) or {}
         saved = SavedGraph(files, meta, native=bool(entry.get("native")))
         opts = {**(entry.get("options") or {}), **self._options.get(b.name, {})}
-        return LoadRequest(saved, self.plan["device"], torch.get_num_threads(), opts, self.program, self.weights)
+        return LoadRequest(
+            saved, self.plan["device"], torch.get_num_threads(), opts, self.program, self.weights, recorded
+        )
 
     def _rebuild(
         self, b: Backend, program: torch.export.ExportedProgram | None = None, args: list[torch.Tensor] | None = None

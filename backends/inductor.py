@@ -108,13 +108,21 @@ class AotiProgram:
     copy; a torchmux package stores them once, in the program). ``weights=None``: a library that holds
     its own (where Inductor named a constant of its own making, which no program holds)."""
 
-    def __init__(self, path: Path, weights: Mapping[str, torch.Tensor] | None, copy_inputs: bool = False) -> None:
+    def __init__(
+        self,
+        path: Path,
+        weights: Mapping[str, torch.Tensor] | None,
+        copy_inputs: bool = False,
+        single_threaded: bool = False,
+    ) -> None:
         from torch._inductor import aoti_load_package
 
         self.path = path
         self.copy_inputs = copy_inputs  # the program writes in place: its library would write the caller's inputs
         self.own_weights = weights is None
-        runner = aoti_load_package(str(path))
+        # single-threaded (to be recorded as a CUDA graph, LoadRequest.recorded): no model container's
+        # event query before each run, which a stream capture forbids; the replay's lock serializes calls
+        runner = aoti_load_package(str(path), run_single_threaded=single_threaded)
         names = [] if weights is None else list(runner.get_constant_fqns())
         missing = sorted(set(names) - set(weights or {}))
         if missing:
@@ -178,11 +186,11 @@ def _load_package(request: extend.LoadRequest) -> AotiProgram:
         extend.sign(path)
     copy_inputs = bool(request.saved.meta.get("copy_inputs"))
     if request.saved.meta.get("own_weights"):
-        return AotiProgram(path, None, copy_inputs)
+        return AotiProgram(path, None, copy_inputs, request.recorded)
     arrays = request.weights()
     names = request.saved.meta.get("weights") or []
     weights = {k: torch.from_numpy(arrays[k]).to(request.device) for k in names if k in arrays}
-    return AotiProgram(path, weights, copy_inputs)
+    return AotiProgram(path, weights, copy_inputs, request.recorded)
 
 
 def _compile_static(gm: torch.fx.GraphModule, example_inputs: list, config_patches: dict) -> object:

@@ -154,7 +154,8 @@ class LoadRequest:
     constant tensors (``weights()``: name -> NumPy array on the CPU, read from the package without
     deserializing the program; views of the package's checked buffer, shared by every backend that loads
     from it: read them, never write into them): a backend whose :meth:`Backend.save` left the program's weights out of
-    its files, naming them instead (the package stores each weight once), takes them from here."""
+    its files, naming them instead (the package stores each weight once), takes them from here. ``recorded``:
+    see the field."""
 
     saved: SavedGraph
     device: str
@@ -162,6 +163,9 @@ class LoadRequest:
     options: Mapping[str, Any]
     program: Callable[[], Any]
     weights: Callable[[], Mapping[str, Any]] = dict
+    #: the loaded call will be recorded and replayed as one CUDA graph (``core/cudagraph.py``): load a form
+    #: that can be (no host sync, no CUDA call a stream capture forbids; AOTInductor loads single-threaded)
+    recorded: bool = False
 
 
 class Backend:

@@ -13,10 +13,13 @@ depends on its inputs' values (a host sync, a data-dependent size) cannot be rec
 recorded call's choices. The caller checks the graphed callable's answers against the reference
 before trusting it, as any candidate's.
 
-``relaxed``: a compiled library that asks whether its last run finished before it runs again
-(AOTInductor's model container queries a CUDA event) makes a call CUDA refuses while another stream is
-being captured in the default ("global") mode; "relaxed" lets that thread ask. ``aoti_load_package(...,
-run_single_threaded=True)`` is the other way out, and leaves the library unsafe for threads.
+A call CUDA forbids during a capture (a host sync, ``cudaMalloc``, a query of an event recorded before
+it: AOTInductor's thread-safe model container asks whether its last run finished before it runs again,
+so a library to record is loaded single-threaded, ``LoadRequest.recorded``) fails the recording.
+``capture_error_mode``: "global" (the default) fails it whichever thread makes such a call;
+"thread_local", only the recording thread's, so a recording that hangs in a thread the caller gave up on
+(``autotune/tuner.py`` ``within_deadline``) leaves the rest of the process free to run CUDA. A failed
+recording can leave the callable's library unusable: record a callable of its own, not one in use.
 
 Used by the ``cudagraphs`` backend (eager's ATen graph recorded) and by ``torchmux.export`` on CUDA,
 which measures each shipped candidate replayed this way beside itself (``api/export.py``).
@@ -32,7 +35,7 @@ import torch
 
 
 def record(
-    fn: Callable[..., Sequence[Any]], example_inputs: Sequence[Any], *, relaxed: bool = False
+    fn: Callable[..., Sequence[Any]], example_inputs: Sequence[Any], *, capture_error_mode: str = "global"
 ) -> Callable[..., list[Any]]:
     """``fn`` recorded on copies of ``example_inputs`` (CUDA tensors); see the module docstring."""
     static_in = [t.clone() if isinstance(t, torch.Tensor) else t for t in example_inputs]
@@ -43,7 +46,7 @@ def record(
             fn(*static_in)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, capture_error_mode="relaxed" if relaxed else "global"):
+    with torch.cuda.graph(graph, capture_error_mode=capture_error_mode):
         static_out = list(fn(*static_in))
     lock = threading.Lock()
 
