@@ -245,7 +245,8 @@ def _graphed(
             fn = b.load(
                 LoadRequest(artifact, device, torch.get_num_threads(), options, _constant(program), weights, True)
             )
-        graphed = record(fn, flat, capture_error_mode="thread_local")
+        with torch.no_grad():  # a package runs inference: recorded without autograd, whatever the caller's mode
+            graphed = record(fn, flat, capture_error_mode="thread_local")
         _, wrong = check_call(frozen, graphed, flat, twice=True)
         if wrong:
             raise _Wrong(wrong)

@@ -453,8 +453,9 @@ class LoadedModel(_Call):
         from ..core.cudagraph import record
 
         args = self.example_inputs()
-        graphed = record(fn, args)
-        wrong = mismatch(list(graphed(*args)), list(fn(*[a.clone() for a in args])))
+        with torch.no_grad():  # inference, as at export
+            graphed = record(fn, args)
+            wrong = mismatch(list(graphed(*args)), list(fn(*[a.clone() for a in args])))
         if wrong:
             raise RuntimeError(f"its call replayed as a CUDA graph answers unlike the call: {wrong}")
         return name, graphed
