@@ -27,6 +27,7 @@ which measures each shipped candidate replayed this way beside itself (``api/exp
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -39,15 +40,18 @@ def record(
 ) -> Callable[..., list[Any]]:
     """``fn`` recorded on copies of ``example_inputs`` (CUDA tensors); see the module docstring."""
     static_in = [t.clone() if isinstance(t, torch.Tensor) else t for t in example_inputs]
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):  # warm up outside the recording (allocator, lazy init)
-            fn(*static_in)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, capture_error_mode=capture_error_mode):
-        static_out = list(fn(*static_in))
+    # the inputs' GPU, not the thread's current one (a trial thread starts on GPU 0)
+    device = next((t.device for t in static_in if isinstance(t, torch.Tensor) and t.is_cuda), None)
+    with torch.cuda.device(device) if device is not None else contextlib.nullcontext():
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):  # warm up outside the recording (allocator, lazy init)
+                fn(*static_in)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, capture_error_mode=capture_error_mode):
+            static_out = list(fn(*static_in))
     lock = threading.Lock()
 
     def run(*args: Any) -> list[Any]:
