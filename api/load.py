@@ -33,7 +33,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from ..core import package as pkg
-from ..core.backend import Backend, LoadRequest, SavedGraph
+from ..core.backend import Backend, CompileRequest, LoadRequest, SavedGraph
 from ..core.errors import BadArgumentError, TorchmuxError, TorchmuxFallbackWarning
 from ..core.package import PackageError
 from ..core.registry import find_backend, get_registry
@@ -438,7 +438,7 @@ class LoadedModel(_Call):
                     continue  # a candidate with nothing stored: the next stored one, then eager, comes first
                 if name == "eager":
                     return name, pkg.program_runner(self.program())
-                return self._graphed(name, self._rebuild(b))
+                return self._graphed(name, self._rebuild(b, recorded=name != base))
             except Exception as e:
                 self.notes.append(f"{base} failed to load: {type(e).__name__}: {str(e)[:200]}")
         raise TorchmuxError(f"no backend can run the package {self.reader.path}: " + "; ".join(self.notes))
@@ -543,11 +543,17 @@ class LoadedModel(_Call):
         )
 
     def _rebuild(
-        self, b: Backend, program: torch.export.ExportedProgram | None = None, args: list[torch.Tensor] | None = None
+        self,
+        b: Backend,
+        program: torch.export.ExportedProgram | None = None,
+        args: list[torch.Tensor] | None = None,
+        recorded: bool = False,
     ) -> Callable[..., Any]:
         """Compile ``b`` again from the stored program (normalized and frozen as at export) and placed as
         at export (``build_placement``: the ops ``b`` does not claim stay on eager between its regions),
-        checked against the reference interpreter on inputs made from the plan's specs."""
+        checked against the reference interpreter on inputs made from the plan's specs. ``recorded``: to be
+        replayed as a CUDA graph, so a whole placement whose backend saves is saved and loaded back as
+        ``LoadRequest.recorded`` asks (AOTInductor single-threaded), as ``torchmux.export`` does."""
         from ..autotune.freeze import freeze
         from ..autotune.placement import build_placement
         from ..autotune.verify import compare
@@ -560,7 +566,14 @@ class LoadedModel(_Call):
         args = args if args is not None else self.example_inputs()
         entry = self._candidate(b.name) or {}
         options = dict(entry.get("options") or {})
-        fn = build_placement(frozen, b, args, mode=None, options=options, program=program).fn
+        placement = build_placement(frozen, b, args, mode=None, options=options, program=program)
+        fn = placement.fn
+        if recorded and placement.regions == 1 and not placement.ops_eager:
+            saved = b.save(fn, CompileRequest(frozen, args, None, options, program=program))
+            if saved is not None:
+                arrays = partial(pkg.numpy_weights, program)
+                threads = torch.get_num_threads()
+                fn = b.load(LoadRequest(saved, self.plan["device"], threads, options, lambda: program, arrays, True))
         # as the tuner judges it: a graph that draws random numbers by shapes, dtypes and finiteness
         wrong = compare(frozen, list(fn(*[a.clone() for a in args])), frozen.run_reference(*[a.clone() for a in args]))
         if wrong:
@@ -630,9 +643,9 @@ class LoadedModel(_Call):
             self.backend, fn = "eager", pkg.program_runner(fresh)
         else:
             try:
-                self.backend, fn = self._graphed(
-                    self.backend, self._rebuild(registry.get(base_of(self.backend)), fresh)
-                )
+                base = base_of(self.backend)
+                fn = self._rebuild(registry.get(base), fresh, recorded=self.backend != base)
+                self.backend, fn = self._graphed(self.backend, fn)
             except Exception as e:
                 warnings.warn(
                     f"torchmux: {self.backend} could not be rebuilt with the new weights ({type(e).__name__}: "
