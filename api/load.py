@@ -445,16 +445,17 @@ class LoadedModel(_Call):
 
     def _graphed(self, name: str, fn: Callable[..., Any]) -> tuple[str, Callable[..., Any]]:
         """``fn`` (``name``'s backend loaded) as ``name`` runs it: for ``<backend>+cudagraphs``, recorded as one
-        CUDA graph on inputs made from the plan's specs, its replay checked against the call it recorded.
-        Raises where it cannot be recorded here: the package takes its next candidate, with a note."""
+        CUDA graph on inputs made from the plan's specs, its replay checked against the call it recorded on
+        other inputs (work the recording missed would replay the recorded outputs). Raises where it cannot
+        be recorded here: the package takes its next candidate, with a note."""
         if name == base_of(name):
             return name, fn
         from ..core.compare import mismatch
         from ..core.cudagraph import record
 
-        args = self.example_inputs()
+        args = self.example_inputs(seed=1)
         with torch.no_grad():  # inference, as at export
-            graphed = record(fn, args)
+            graphed = record(fn, self.example_inputs())
             wrong = mismatch(list(graphed(*args)), list(fn(*[a.clone() for a in args])))
         if wrong:
             raise RuntimeError(f"its call replayed as a CUDA graph answers unlike the call: {wrong}")
