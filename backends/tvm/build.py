@@ -53,7 +53,7 @@ from torchmux.extend import artifact_dir, atomic_write, fetch_artifact, publish_
 
 from . import OPTIONS
 
-FORMAT = 3  # bump when the artifact layout or the import route changes: old artifacts are then ignored
+FORMAT = 4  # bump when the artifact layout or the import route changes: old artifacts are then ignored
 
 DEFAULTS: dict[str, Any] = {name: option.default for name, option in OPTIONS.items()}
 TUNING_OPTIONS = ("tune_seconds", "tune_trials", "tune_trials_per_task", "trials_per_round")
@@ -278,10 +278,26 @@ def _slice_in_bounds(node: torch.fx.Node, importer: Any) -> relax.Var:
     return importer._slice(node)
 
 
-# ATen reductions missing from TVM 0.27's PyTorch frontend (prod only without a dtype argument), and a
-# slice that keeps the size torch proved
+def _select_from_end(node: torch.fx.Node, importer: Any) -> relax.Var:
+    """``aten.select.int`` with a negative index (``x[:, -1]``, an RNN's last step) counted from the end.
+    TVM's converter hands the index to ``take`` as it is, in its "fast" mode, which checks no bounds: -1
+    read memory before the tensor (a BiRNN answered 2.8e22). A static size makes the index positive;
+    a symbolic one is taken in "wrap" mode."""
+    x, dim, index = importer.env[node.args[0]], int(node.args[1]), int(node.args[2])  # type: ignore[arg-type]
+    if index >= 0:
+        return importer._select(node)
+    val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    size = val.shape[dim] if isinstance(val, torch.Tensor) else None
+    if isinstance(size, int):
+        return importer.block_builder.emit(relax.op.take(x, relax.const(index + size, "int64"), dim))
+    return importer.block_builder.emit(relax.op.take(x, relax.const(index, "int64"), dim, mode="wrap"))
+
+
+# ATen reductions missing from TVM 0.27's PyTorch frontend (prod only without a dtype argument), a
+# slice that keeps the size torch proved, and a select counted from the end
 _EXTRA_CONVERTERS = {
     "slice.Tensor": _slice_in_bounds,
+    "select.int": _select_from_end,
     "amax.default": _reduction("max"),
     "amin.default": _reduction("min"),
     "prod.dim_int": _reduction("prod"),

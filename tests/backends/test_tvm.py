@@ -243,3 +243,16 @@ def test_symbolic_slice_of_a_longer_buffer_keeps_the_size_torch_proved():
     sizes = [[torch.randint(0, 10, (1, n), generator=g), *weights] for n in (5, 11)]
     ir, calls = symbolic_calls(_token_and_position, sizes, "positions")
     assert check_sizes(get_registry().get("tvm"), ir, calls) is None
+
+
+def _last_step(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return x[:, -1, :] * 2, x.select(0, -2) + 1  # an RNN's last step; a select counted from the end
+
+
+def test_select_counted_from_the_end_reads_inside_the_tensor(cache_dir: Path) -> None:
+    """TVM's converter handed ``x[:, -1]``'s index to ``take`` in its unchecked mode, which read before the
+    tensor (a BiRNN from ParityBench answered 2.8e22 on TVM; the check caught it and eager ran it)."""
+    x = torch.randn(3, 5, 4, generator=torch.Generator().manual_seed(0))
+    _, compiled = _compile(_last_step, [x])
+    for got, want in zip(compiled(x), _last_step(x)):
+        torch.testing.assert_close(got, want)
