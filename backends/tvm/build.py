@@ -293,11 +293,39 @@ def _select_from_end(node: torch.fx.Node, importer: Any) -> relax.Var:
     return importer.block_builder.emit(relax.op.take(x, relax.const(index, "int64"), dim, mode="wrap"))
 
 
+def _index_from_end(node: torch.fx.Node, importer: Any) -> relax.Var:
+    """``aten.index.Tensor`` whose integer indices may count from the end (``x[:, idx]`` with -1 in
+    ``idx``): TVM's converter takes them unchecked, as :func:`_select_from_end` says. Each integer index
+    of an axis of static size is made positive first (``where(i < 0, i + size, i)``, per axis: one index
+    tensor may serve two axes of different sizes), then TVM's own converter runs on those arguments; an
+    axis of symbolic size keeps TVM's reading."""
+    val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    indices = node.args[1] if isinstance(node.args[1], (list, tuple)) else ()
+    args = importer.retrieve_args(node)
+    given = list(args[1])
+    for axis, index in enumerate(indices):
+        index_val = index.meta.get("val") if isinstance(index, torch.fx.Node) else None
+        size = val.shape[axis] if isinstance(val, torch.Tensor) and axis < val.dim() else None
+        if not isinstance(index_val, torch.Tensor) or index_val.dtype not in (torch.int32, torch.int64):
+            continue
+        if not isinstance(size, int):
+            continue
+        dtype = str(index_val.dtype).removeprefix("torch.")
+        i, zero, size_c = given[axis], relax.const(0, dtype), relax.const(size, dtype)
+        given[axis] = importer.block_builder.emit(relax.op.where(relax.op.less(i, zero), relax.op.add(i, size_c), i))
+    importer.retrieve_args = lambda _: [args[0], given, *args[2:]]  # TVM's converter reads these arguments
+    try:
+        return importer._index_tensor(node)
+    finally:
+        del importer.retrieve_args  # the class's own again
+
+
 # ATen reductions missing from TVM 0.27's PyTorch frontend (prod only without a dtype argument), a
-# slice that keeps the size torch proved, and a select counted from the end
+# slice that keeps the size torch proved, and a select or an index counted from the end
 _EXTRA_CONVERTERS = {
     "slice.Tensor": _slice_in_bounds,
     "select.int": _select_from_end,
+    "index.Tensor": _index_from_end,
     "amax.default": _reduction("max"),
     "amin.default": _reduction("min"),
     "prod.dim_int": _reduction("prod"),

@@ -256,3 +256,16 @@ def test_select_counted_from_the_end_reads_inside_the_tensor(cache_dir: Path) ->
     _, compiled = _compile(_last_step, [x])
     for got, want in zip(compiled(x), _last_step(x)):
         torch.testing.assert_close(got, want)
+
+
+def _gathered(x: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return x[:, idx] * 2, x[idx, idx] + 1, idx * 3  # the index read raw too
+
+
+def test_index_tensor_counted_from_the_end_reads_inside_the_tensor(cache_dir: Path) -> None:
+    """The same for ``x[:, idx]`` with negative entries in ``idx`` (TVM took them unchecked too)."""
+    x = torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(0))
+    idx = torch.tensor([-1, 0, 2, -3])
+    _, compiled = _compile(_gathered, [x, idx])
+    for got, want in zip(compiled(x, idx), _gathered(x, idx)):
+        torch.testing.assert_close(got, want)
