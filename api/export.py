@@ -12,7 +12,8 @@ its module path); a deployed model should not pay that. ``export`` is the second
    interpreter on copies of the example inputs (``autotune/tuner.py`` ``measure``); with dynamic shapes
    also at the largest size the declared ranges allow (up to :data:`CHECK_SIZE_CAP` per dimension).
    Then each is **measured as it ships** (:func:`_ship`): saved, loaded back as ``torchmux.load`` will
-   load it, checked again, and only that loaded form is timed, in interleaved rounds
+   load it, checked again (also on other values of the example's shapes), and only that loaded form is
+   timed, in interleaved rounds
    (:data:`EXPORT_TIMING_SECONDS`; ``time_rounds``/``choose``). What compile() runs and what a package
    runs differ (ONNX Runtime's package session has its own arena and no I/O binding); the choice is
    made on what the package runs. With ``options={"split": N}`` a split placement joins them
@@ -173,7 +174,10 @@ def _ship(
     (``Backend.load``, as ``torchmux.load`` will in another process) and checked again against the
     reference on copies of the inputs; what is timed and chosen is what the package runs. A candidate
     that cannot save (or whose saved form does not load here) ships as compiled, rebuilt at load; one
-    whose loaded form answers wrong or crashes fails, with that reason."""
+    whose loaded form answers wrong or crashes fails, with that reason. Every candidate but eager is
+    also checked on other values of the same shapes (:func:`_on_other_values`): a package has no later
+    checks of its calls, as ``compile()``'s guard has, so an answer kept from the first call is caught
+    here or never."""
     from ..autotune.verify import check_call
 
     program = captured.program
@@ -196,15 +200,19 @@ def _ship(
                 stacklevel=3,
             )
             fn = m.placement.fn
+        wrong = None
         if fn is not m.placement.fn:
             try:
                 _, wrong = check_call(frozen, fn, flat, twice=True)
             except Exception as e:
                 wrong = f"crashed: {type(e).__name__}: {str(e)[:200]}"
-            if wrong:
-                m.ok, m.seconds, m.reason = False, math.inf, f"its saved and loaded form: {wrong}"
-                saved.pop(m.backend, None)
-                continue
+        if m.backend != "eager":  # the program itself
+            wrong = wrong or _on_other_values(frozen, fn, flat)
+        if wrong:
+            shipping = fn is not m.placement.fn
+            m.ok, m.seconds, m.reason = False, math.inf, f"its saved and loaded form: {wrong}" if shipping else wrong
+            saved.pop(m.backend, None)
+            continue
         shipped[m.backend] = fn
     return saved, shipped
 
@@ -250,7 +258,7 @@ def _graphed(
         _, wrong = check_call(frozen, graphed, flat, twice=True)
         # and on other values: work the recording missed (a library computing on a stream of its own, or on
         # the host) replays the recorded call's outputs, right for the inputs it was recorded on only
-        _, wrong = (None, wrong) if wrong else check_call(frozen, graphed, _rolled(flat))
+        wrong = wrong or _on_other_values(frozen, graphed, flat)
         if wrong:
             raise _Wrong(wrong)
         return graphed
@@ -280,6 +288,28 @@ def _graphed(
 
 class _Wrong(Exception):
     """A recorded call that answers wrong (the check's reason)."""
+
+
+def _on_other_values(frozen: GraphIR, fn: Callable[..., Any], flat: Sequence[Any]) -> str | None:
+    """Why ``fn`` answers wrong on other values of the example's shapes (:func:`_rolled`), or None. The
+    checks before ran it twice on the example's own values: a candidate that keeps something of its
+    first call (outputs cached by shape, a CUDA graph that recorded no work) answers those right and
+    these wrong. Where the program itself refuses the other values (lengths it needs sorted, say),
+    nothing is judged."""
+    from ..autotune.verify import check_call
+
+    other = _rolled(flat)
+    try:
+        with torch.no_grad():
+            result = frozen.gm(*[a.clone() if isinstance(a, torch.Tensor) else a for a in other])
+    except Exception:
+        return None
+    reference = list(result) if isinstance(result, (tuple, list)) else [result]
+    try:
+        _, wrong = check_call(frozen, fn, other, reference=reference)
+    except Exception as e:
+        return f"crashed on other input values: {type(e).__name__}: {str(e)[:200]}"
+    return f"on other input values: {wrong}" if wrong else None
 
 
 def _rolled(args: Sequence[Any]) -> list[Any]:

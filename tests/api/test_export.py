@@ -839,3 +839,44 @@ def test_programs_of_the_corpus_that_failed_on_their_way_through_a_package(tmp_p
     m = torchmux.load(exported.save(tmp_path / "dropout.tmux"))
     out = m(x.abs())
     assert out.shape == x.shape and bool(((out == 0) | (out == 2 * x.abs())).all())  # dropout's own draws
+
+
+def test_a_backend_that_answers_each_shape_as_it_first_did_is_caught_on_other_values() -> None:
+    """A real backend (eager's, through the public contract) that keeps its first answer per input shape:
+    right on the trial's two calls, which repeat the example's values, and wrong on any other. The
+    package checks each candidate as it ships on other values of the same shapes too (the example's
+    rolled one place), so it fails with that reason and the package runs eager, right on new inputs."""
+    from torchmux.backends.eager import EagerBackend
+
+    class FirstAnswerPerShape(EagerBackend):
+        name = "test_first_answer_per_shape"
+        auto = False
+
+        def compile(self, request):  # type: ignore[no-untyped-def]
+            inner, first = super().compile(request), {}
+
+            def run(*args):  # type: ignore[no-untyped-def]
+                key = tuple(tuple(a.shape) for a in args)
+                if key not in first:
+                    first[key] = [t.clone() for t in inner(*args)]
+                return [t.clone() for t in first[key]]
+
+            return run
+
+        def save(self, compiled, request):  # type: ignore[no-untyped-def]
+            return None  # ships as compiled (eager's saved form is the program itself, loaded right)
+
+    if FirstAnswerPerShape.name not in get_registry().names:
+        torchmux.register_plugin(FirstAnswerPerShape())
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.Tanh()).eval()
+    x = torch.randn(4, 8)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        exported = torchmux.export(model, (x,), backend=[FirstAnswerPerShape.name, "eager"])
+    row = next(c for c in exported.plan["candidates"] if c["backend"] == FirstAnswerPerShape.name)
+    assert not row["ok"] and "on other input values: wrong answer" in row["reason"], row
+    assert exported.backend == "eager"
+    with torch.no_grad():
+        y = torch.randn(4, 8)
+        torch.testing.assert_close(exported(y), model(y))
