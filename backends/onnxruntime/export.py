@@ -108,6 +108,7 @@ def export_program_onnx(program: Any) -> bytes:
     )
     if onnx_program is None:  # dynamo=True always returns the program; None only from the legacy exporter
         raise RuntimeError("torch.onnx.export returned no ONNX program")
+    _squeeze_only_ones(onnx_program.model.graph)
     weights = set(program.state_dict) | set(program.constants)
 
     def keep_weights(node: Any) -> bool | None:
@@ -120,6 +121,36 @@ def export_program_onnx(program: Any) -> bytes:
     _outputs_not_inputs(model)
     model.ir_version = min(model.ir_version, IR_VERSION)
     return model.SerializeToString()
+
+
+def _squeeze_only_ones(graph: Any) -> None:
+    """Each ``Squeeze`` in ``graph`` (an ``onnx_ir`` graph) left with the axes whose size is 1 or unknown.
+    torch's ``x.squeeze(2)`` does nothing where that dimension is not 1; torch's ONNX exporter writes a
+    ``Squeeze`` of axis 2 anyway, which ONNX Runtime refuses to load ("Dimension of input 2 must be 1
+    instead of 4"; an attention module of two ParityBench samples, and the model ``torch.onnx.export``
+    writes for it used directly). A Squeeze with no axis left becomes an ``Identity``."""
+    import numpy as np
+    import onnx_ir as ir
+
+    for node in list(graph):
+        if node.op_type != "Squeeze" or node.domain not in ("", "ai.onnx") or len(node.inputs) < 2:
+            continue
+        x, axes = node.inputs[0], node.inputs[1]
+        found = ir.convenience.get_const_tensor(axes) if axes is not None else None
+        shape = x.shape if x is not None else None
+        if found is None or shape is None:
+            continue
+        given = [int(a) % len(shape) for a in found.numpy().reshape(-1)]
+        kept = [a for a in given if not (isinstance(shape[a], int) and shape[a] != 1)]
+        if kept == given:
+            continue
+        if kept:
+            const = ir.Value(name=f"{node.name}_axes_of_size_1", const_value=ir.tensor(np.array(kept, np.int64)))
+            graph.register_initializer(const)
+            node.replace_input_with(1, const)
+        else:
+            node.op_type = "Identity"
+            node.resize_inputs(1)
 
 
 #: the ``location`` an initializer stored by reference names (no file: the loader supplies the array)

@@ -880,3 +880,27 @@ def test_a_backend_that_answers_each_shape_as_it_first_did_is_caught_on_other_va
     with torch.no_grad():
         y = torch.randn(4, 8)
         torch.testing.assert_close(exported(y), model(y))
+
+
+def test_an_onnx_package_of_a_squeeze_that_squeezes_nothing_loads() -> None:
+    """``x.squeeze(2)`` where that dimension is 4 does nothing in torch; torch's ONNX exporter writes a
+    ``Squeeze`` of axis 2 anyway, which ONNX Runtime refused to load, so the package ran eager (an
+    attention module of two ParityBench samples). The package's ONNX model squeezes only axes of size 1."""
+
+    class Scores(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.full = nn.Linear(4, 1)
+
+        def forward(self, enc: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+            att = self.full(torch.relu(enc + hidden.unsqueeze(1))).squeeze(2).squeeze(3)
+            return torch.softmax(att, dim=1)
+
+    torch.manual_seed(0)
+    model, args = Scores().eval(), (torch.rand(4, 4, 4, 4), torch.rand(4, 4, 4, 4))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exported = torchmux.export(model, args, backend="onnxruntime")
+    assert exported.backend == "onnxruntime", [str(w.message)[:300] for w in caught]
+    with torch.no_grad():
+        torch.testing.assert_close(exported(*args), model(*args))
