@@ -56,8 +56,10 @@ def export_onnx(ir: GraphIR, example_inputs: Sequence[Any]) -> bytes:
         program = _export_fast(ir, args)
     except Exception as fast_error:
         try:
+            exported = export_program(ir, args)
+            _squeeze_only_ones_fx(exported.graph_module)
             program = torch.onnx.export(
-                export_program(ir, args),
+                exported,
                 (),
                 dynamo=True,
                 optimize=False,
@@ -121,6 +123,28 @@ def export_program_onnx(program: Any) -> bytes:
     _outputs_not_inputs(model)
     model.ir_version = min(model.ir_version, IR_VERSION)
     return model.SerializeToString()
+
+
+def _squeeze_only_ones_fx(gm: torch.fx.GraphModule) -> None:
+    """The Core ATen form of :func:`_squeeze_only_ones`, on a program made for one export (``compile()``'s
+    path): ``aten.squeeze.dims`` left with the dimensions of size 1 or unknown; with none left, an
+    ``aten.alias`` (torch's ONNX translation of ``squeeze.dims`` refuses a dimension that is not 1)."""
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not torch.ops.aten.squeeze.dims:
+            continue
+        x = node.args[0]
+        val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+        if not isinstance(val, torch.Tensor) or val.dim() == 0:
+            continue
+        given = [int(d) % val.dim() for d in node.args[1]]
+        kept = [d for d in given if not (isinstance(val.shape[d], int) and val.shape[d] != 1)]
+        if kept == given:
+            continue
+        if kept:
+            node.args = (x, kept)
+        else:
+            node.target, node.args = torch.ops.aten.alias.default, (x,)
+    gm.recompile()
 
 
 def _squeeze_only_ones(graph: Any) -> None:
@@ -242,6 +266,7 @@ def _export_fast(ir: GraphIR, args: tuple[Any, ...]) -> Any:
 
     registry = _onnx_registry()
     program = export_program(ir, args)
+    _squeeze_only_ones_fx(program.graph_module)
     _fx_passes.insert_type_promotion_nodes(program.graph_module)  # ONNX has no implicit type promotion
     return _core._exported_program_to_onnx_program(program, registry=registry)
 

@@ -408,3 +408,16 @@ def test_cuda_iobinding_and_model(cache_dir: Path) -> None:
         expected = model(*args)
         got = torchmux.compile(model, backend="onnxruntime", options={"onnxruntime.providers": [CUDA, CPU]})(*args)
     torch.testing.assert_close(got, expected, atol=1e-3, rtol=1e-3)
+
+
+def _squeeze_nothing(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.relu(x).squeeze(2) * 2, x.squeeze(1).squeeze(2)  # dim 2 is 4: no-ops in torch; dim 1 is 1
+
+
+def test_a_squeeze_of_a_dimension_that_is_not_one_squeezes_nothing(cache_dir: Path) -> None:
+    """torch's ONNX translation refused ``aten.squeeze.dims`` of a dimension of size 4 (a no-op in torch),
+    so such graphs ran eagerly; the ONNX model now squeezes the dimensions of size 1 only."""
+    x = torch.rand(3, 1, 4, 5)
+    graph = _compile(_squeeze_nothing, [x])
+    for got, want in zip(graph(x), _squeeze_nothing(x)):
+        torch.testing.assert_close(got, want)
