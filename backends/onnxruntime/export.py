@@ -162,7 +162,7 @@ def _squeeze_only_ones(graph: Any) -> None:
         x, axes = node.inputs[0], node.inputs[1]
         found = ir.convenience.get_const_tensor(axes) if axes is not None else None
         shape = x.shape if x is not None else None
-        if found is None or shape is None:
+        if found is None or shape is None or len(shape) == 0:
             continue
         given = [int(a) % len(shape) for a in found.numpy().reshape(-1)]
         kept = [a for a in given if not (isinstance(shape[a], int) and shape[a] != 1)]
