@@ -57,14 +57,14 @@ import torch.utils._pytree as pytree
 from ..autotune.freeze import freeze
 from ..autotune.tuner import Measurement, choose, measure, time_rounds
 from ..core import package as pkg
-from ..core.backend import Backend, CompileRequest, LoadRequest, SavedGraph
+from ..core.backend import Backend, CompileRequest, SavedGraph
 from ..core.compare import mismatch
 from ..core.config import resolve
 from ..core.errors import TorchmuxError, TorchmuxFallbackWarning
 from ..core.ir import GraphIR
 from ..core.registry import get_registry
 from ..frontends.export import Captured, capture
-from .load import GRAPHED, SPLIT, LoadedModel, PackageInputError, _Call, base_of, load
+from .load import GRAPHED, SPLIT, LoadedModel, PackageInputError, _Call, base_of, load, loaded_back, saved_and_loaded
 
 __all__ = ["ExportedModel", "LoadedModel", "PackageInputError", "export", "load"]
 
@@ -189,7 +189,7 @@ def _ship(
         b, fn = by_name[m.backend], m.placement.fn
         request = CompileRequest(frozen, flat, config.mode, config.options_for(m.backend), program=program)
         try:
-            artifact, fn = _saved_and_loaded(b, m.placement, request, device)
+            artifact, fn = saved_and_loaded(b, m.placement, request, device)
             if artifact is not None:
                 saved[m.backend] = artifact
         except Exception as e:  # a backend that cannot save or load here is rebuilt at load: never a failed export
@@ -234,8 +234,8 @@ def _graphed(
     (``core/cudagraph.py``), named ``<backend>+cudagraphs`` (:data:`GRAPHED`): an AOTInductor library's
     launches replayed, which no backend offers alone (Inductor's ``reduce-overhead`` does it behind
     Dynamo). What is recorded is the backend's artifact loaded again for it (``LoadRequest.recorded``:
-    AOTInductor single-threaded), or its compiled callable where it saves none: a recording that fails
-    can leave what it recorded unusable, never the candidate it came from. Each is checked like any
+    AOTInductor single-threaded), or the callable it ships where it saves none: a recording that fails
+    can leave what it recorded unusable, never a saved candidate it came from. Each is checked like any
     candidate (twice, against the reference) within the trial deadline, the recording thread alone held
     to CUDA's capture rules, and joins the timing rounds; one that cannot be recorded, answers wrong or
     hangs is a failed measurement with the reason. It stores its backend's artifact; ``torchmux.load``
@@ -244,50 +244,37 @@ def _graphed(
     from ..autotune.verify import check_call
     from ..core.cudagraph import record
 
-    def recorded(m: Measurement) -> Callable[..., Any]:
-        b, artifact = by_name[m.backend], saved.get(m.backend)
-        fn = m.placement.fn if m.placement is not None else shipped[m.backend]
-        if artifact is not None:
-            weights = partial(pkg.numpy_weights, program)
-            options = config.options_for(m.backend)
-            fn = b.load(
-                LoadRequest(artifact, device, torch.get_num_threads(), options, _constant(program), weights, True)
-            )
+    def recorded(m: Measurement, fn: Callable[..., Any]) -> tuple[Callable[..., Any], str | None]:
+        artifact = saved.get(m.backend)
+        if artifact is not None:  # a load of its own: a failed recording may leave it unusable
+            fn = loaded_back(by_name[m.backend], artifact, program, device, config.options_for(m.backend), True)
         with torch.no_grad():  # a package runs inference: recorded without autograd, whatever the caller's mode
             graphed = record(fn, flat, capture_error_mode="thread_local")
         _, wrong = check_call(frozen, graphed, flat, twice=True)
         # and on other values: work the recording missed (a library computing on a stream of its own, or on
         # the host) replays the recorded call's outputs, right for the inputs it was recorded on only
-        wrong = wrong or _on_other_values(frozen, graphed, flat)
-        if wrong:
-            raise _Wrong(wrong)
-        return graphed
+        return graphed, wrong or _on_other_values(frozen, graphed, flat)
 
     deadline = _deadline(config)
     added = []
-    for m, _ in list(live):
+    for m, fn in list(live):
         if m.backend in ("eager", "cudagraphs") or m.backend.startswith(SPLIT) or m.backend not in by_name:
             continue
         g = Measurement(m.backend + GRAPHED, math.inf, False, placement=m.placement)
         t0 = time.perf_counter()
         try:
-            graphed = within_deadline(partial(recorded, m), deadline)
-            g.ok = True
-            shipped[g.backend] = graphed
-            added.append((g, graphed))
-        except _Wrong as e:
-            g.reason = str(e)
+            graphed, wrong = within_deadline(partial(recorded, m, fn), deadline)
+            g.ok, g.reason = not wrong, wrong or ""
         except TrialTimeout:
             g.reason = f"timed out after {deadline:g} s recording it as a CUDA graph"
         except Exception as e:
             g.reason = f"could not be recorded as a CUDA graph: {short_error(e)}"
+        if g.ok:
+            shipped[g.backend] = graphed
+            added.append((g, graphed))
         g.compile_seconds = m.compile_seconds + time.perf_counter() - t0
         results.append(g)
     return added
-
-
-class _Wrong(Exception):
-    """A recorded call that answers wrong (the check's reason)."""
 
 
 def _on_other_values(frozen: GraphIR, fn: Callable[..., Any], flat: Sequence[Any]) -> str | None:
@@ -316,23 +303,6 @@ def _rolled(args: Sequence[Any]) -> list[Any]:
     """Each tensor's values moved one place along its flattened order: other inputs made of the same values
     (token ids stay in the vocabulary, masks stay masks)."""
     return [a.flatten().roll(1).view_as(a) if isinstance(a, torch.Tensor) and a.numel() > 1 else a for a in args]
-
-
-def _saved_and_loaded(
-    b: Backend, placement: Any, request: CompileRequest, device: str
-) -> tuple[SavedGraph | None, Callable[..., Any]]:
-    """A compiled placement as a package ships it: saved by its backend and loaded back as ``torchmux.load``
-    will (with the request's program, and that program's weights); ``(None, the compiled callable)``
-    where the backend saves nothing, or the placement is not the backend's compiled graph itself (several
-    regions, or ops left to eager beside its one region)."""
-    whole = placement.regions == 1 and not placement.ops_eager
-    artifact = b.save(placement.fn, request) if whole else None
-    if artifact is None:
-        return None, placement.fn
-    program = request.program
-    weights = partial(pkg.numpy_weights, program)
-    load = LoadRequest(artifact, device, torch.get_num_threads(), request.options, _constant(program), weights)
-    return artifact, b.load(load)
 
 
 def _split(
@@ -415,7 +385,7 @@ def _split(
             if not m.ok or m.placement is None:
                 raise RuntimeError(f"piece {i} on {backend}: {m.reason}")
             request = CompileRequest(piece.ir, piece.args, config.mode, config.options_for(backend), program=program)
-            artifact, fn = _saved_and_loaded(b, m.placement, request, device)
+            artifact, fn = saved_and_loaded(b, m.placement, request, device)
             shared = _shared_weights(program, whole)
             files[f"piece{i}/program.pt2"] = _saved_without(program, shared)
             if artifact is not None:
@@ -493,10 +463,6 @@ def _saved_without(program: torch.export.ExportedProgram, names: Mapping[str, st
     finally:
         for name, t in saved.items():
             (program.state_dict if name in program.state_dict else program.constants)[name] = t
-
-
-def _constant(value: Any) -> Callable[[], Any]:
-    return lambda: value
 
 
 def _wiring(parent: torch.fx.GraphModule) -> tuple[list[list[list[int]]], list[list[int]]]:
