@@ -6,7 +6,9 @@ its module path); a deployed model should not pay that. ``export`` is the second
 1. **Capture** with ``torch.export`` (``frontends/export.py``: the mend pass retries a refused program;
    a program that still breaks is an error listing each break), normalized into the same
    :class:`GraphIR` as ``compile()``'s graphs and frozen (``autotune/freeze.py``).
-2. **Place** with the same autotuner: every candidate backend (one when named) is compiled on the frozen
+2. **Place** with the same autotuner: every candidate backend (one when named) is first tried in the trial
+   child (``autotune/isolate.py``: built, called, saved and loaded back there; one that crashes or hangs
+   is a failed row with its reason), then compiled in this process on the frozen
    graph with the program beside it (``CompileRequest.program``: ONNX Runtime exports the program with
    torch's ONNX exporter, Inductor builds an AOTInductor package) and checked against the reference
    interpreter on copies of the example inputs (``autotune/tuner.py`` ``measure``); with dynamic shapes
@@ -54,6 +56,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from ..autotune import isolate
 from ..autotune.freeze import freeze
 from ..autotune.tuner import Measurement, choose, measure, time_rounds
 from ..core import package as pkg
@@ -62,9 +65,10 @@ from ..core.compare import mismatch
 from ..core.config import resolve
 from ..core.errors import TorchmuxError, TorchmuxFallbackWarning
 from ..core.ir import GraphIR
+from ..core.package import loaded_back, saved_and_loaded
 from ..core.registry import get_registry
 from ..frontends.export import Captured, capture
-from .load import GRAPHED, SPLIT, LoadedModel, PackageInputError, _Call, base_of, load, loaded_back, saved_and_loaded
+from .load import GRAPHED, SPLIT, LoadedModel, PackageInputError, _Call, base_of, load
 
 __all__ = ["ExportedModel", "LoadedModel", "PackageInputError", "export", "load"]
 
@@ -97,6 +101,7 @@ def export(
     only: a model in training mode is refused (use ``torchmux.compile`` to train).
     """
     config = resolve(backend, mode, options)
+    isolate.prestart(config.backends, config.isolation, model)  # the trial child starts while torch.export captures
     captured = capture(
         model,
         args,
@@ -113,9 +118,22 @@ def export(
     candidates = [b for b in config.backends if b.supports_device(device) and _worth_trying(b, device, config)]
     if not any(b.name == "eager" for b in candidates):  # the program itself always runs: the last resort
         candidates.append(get_registry().require("eager"))
-    results = measure(  # compiled and checked; timed below, in the form each ships in
+    # a crash or hang in a candidate's build, first calls, save or load back stays in a child (isolate.py)
+    signature = tuple((tuple(a.shape), a.dtype, a.device.type) for a in flat)
+    safe, unsafe = isolate.screen(
         frozen,
+        signature,
         candidates,
+        flat,
+        mode=config.mode,
+        options=config.options_for,
+        isolation=config.isolation,
+        deadline=_deadline(config),
+        program=captured.program,
+    )
+    results = [Measurement(name, math.inf, False, why) for name, why in unsafe] + measure(
+        frozen,
+        safe,
         flat,
         mode=config.mode,
         options=config.options_for,

@@ -328,31 +328,6 @@ def base_of(name: str) -> str:
     return name.removesuffix(GRAPHED)
 
 
-def saved_and_loaded(
-    b: Backend, placement: Any, request: CompileRequest, device: str, recorded: bool = False
-) -> tuple[SavedGraph | None, Callable[..., Any]]:
-    """A compiled placement as a package ships it: saved by its backend and loaded back as ``torchmux.load``
-    will (:func:`loaded_back`); ``(None, the compiled callable)`` where the backend saves nothing, or the
-    placement is not the backend's compiled graph itself (several regions, or ops left to eager beside its
-    one region). ``torchmux.export`` ships candidates so, and a rebuild at load to be recorded as a CUDA
-    graph loads so (``recorded``)."""
-    whole = placement.regions == 1 and not placement.ops_eager
-    artifact = b.save(placement.fn, request) if whole else None
-    if artifact is None:
-        return None, placement.fn
-    return artifact, loaded_back(b, artifact, request.program, device, request.options, recorded)
-
-
-def loaded_back(
-    b: Backend, artifact: SavedGraph, program: Any, device: str, options: Mapping[str, Any], recorded: bool = False
-) -> Callable[..., Any]:
-    """``artifact`` loaded by ``b`` in the process that holds its ``program`` (the program's weights as
-    NumPy arrays, read when the backend asks)."""
-    weights = partial(pkg.numpy_weights, program)
-    request = LoadRequest(artifact, device, torch.get_num_threads(), options, lambda: program, weights, recorded)
-    return b.load(request)
-
-
 class Pieces:
     """A split package's call (``options={"split": N}``): each piece's artifact, in order, on the values
     its ``wiring`` names: ``[0, k]`` the program's flat input k, ``[i + 1, k]`` output k of piece i;
@@ -603,7 +578,7 @@ class LoadedModel(_Call):
         fn = placement.fn
         if recorded:
             request = CompileRequest(frozen, args, None, options, program=program)
-            _, fn = saved_and_loaded(b, placement, request, self.plan["device"], recorded=True)
+            _, fn = pkg.saved_and_loaded(b, placement, request, self.plan["device"], recorded=True)
         # as the tuner judges it: a graph that draws random numbers by shapes, dtypes and finiteness
         wrong = compare(frozen, list(fn(*[a.clone() for a in args])), frozen.run_reference(*[a.clone() for a in args]))
         if wrong:

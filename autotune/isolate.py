@@ -27,6 +27,14 @@ keys (frozen Inductor graphs too: their oneDNN-packed weights are keyed by spec 
 the parent, ``backends/inductor.py``). ``python -m torchmux.bench.scripts.isolation_cold_start`` measures the cost against
 ``torch.compile``'s first call.
 
+**``torchmux.export``'s trials** (``program=``): the request also carries the ``ExportedProgram`` (as
+``torch.export.save`` writes it); the child builds from it as the export will, checks two calls, then
+saves what it built and loads it back (``core/package.py`` ``saved_and_loaded``, as the package ships
+it) and checks the loaded form: a native library that kills its process as it loads stays in the child.
+A backend that builds from the program alone (``exports_programs``) works under the parent's key even
+where the child's graph is the parent's dynamic one specialized to the example's sizes. These verdicts
+are kept under keys of their own (a ``compile()`` trial builds something else), never by structure.
+
 Which candidates are isolated (``options={"isolate": ...}`` or ``TORCHMUX_ISOLATE``): ``"all"``
 (default), ``"third-party"`` (backends whose plugin is not torchmux itself), or ``"off"``. A backend
 the child cannot find (an object passed as ``backend=`` rather than registered from a module) or a
@@ -53,6 +61,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import hashlib
+import io
 import json
 import os
 import select
@@ -92,7 +101,7 @@ def wanted(backend: Any, mode: str) -> bool:
     return get_registry().package_of(backend.name) not in ("torchmux", None)
 
 
-def _key(ir: GraphIR, signature: tuple, backend: Any, mode: str | None) -> str:
+def _key(ir: GraphIR, signature: tuple, backend: Any, mode: str | None, program: bool = False) -> str:
     from ..core.version import __version__
 
     try:
@@ -107,7 +116,7 @@ def _key(ir: GraphIR, signature: tuple, backend: Any, mode: str | None) -> str:
         mode or "default",
         torch.__version__,
         __version__,
-    ]
+    ] + (["program"] if program else [])  # torchmux.export's trial: the whole program built, saved, loaded back
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
 
@@ -135,9 +144,11 @@ def trial(
     mode: str | None,
     options: dict[str, Any],
     deadline: float,
+    program: Any = None,
 ) -> tuple[bool, str] | None:
-    """(ok, reason) for ``backend`` on this graph, from the disk or from the trial child; None: cannot isolate it."""
-    key = _key(ir, signature, backend, mode)
+    """(ok, reason) for ``backend`` on this graph, from the disk or from the trial child; None: cannot isolate it.
+    ``program``: the ``ExportedProgram`` of a ``torchmux.export`` (its trial also saves and loads back)."""
+    key = _key(ir, signature, backend, mode, program is not None)
     if (old := remembered(key)) is not None:
         return old["ok"], old["reason"]
     registry = get_registry()
@@ -146,7 +157,7 @@ def trial(
         registry.package_of(backend.name) == "(registered at run time)" and plugin not in sys.modules
     ):
         return None  # an object registered at run time: a child could not rebuild it, so starting one is wasted
-    verdict = _ask_child(ir, backend.name, plugin, args, mode, options, deadline)
+    verdict = _ask_child(ir, backend.name, plugin, args, mode, options, deadline, program)
     if verdict is None:
         return None
     if verdicts.slow_not_stuck(backend, verdict[1]):
@@ -159,12 +170,20 @@ def trial(
 
 
 def _ask_child(
-    ir: GraphIR, name: str, plugin: str, args: Sequence[Any], mode: str | None, options: dict[str, Any], deadline: float
+    ir: GraphIR,
+    name: str,
+    plugin: str,
+    args: Sequence[Any],
+    mode: str | None,
+    options: dict[str, Any],
+    deadline: float,
+    program: Any = None,
 ) -> tuple[bool, str] | None:
     fd, path = tempfile.mkstemp(prefix="torchmux-trial-", suffix=".pt")
     os.close(fd)
     try:
         payload = {
+            "program": _program_bytes(program),
             "gm": ir.gm,
             "kinds": ir.input_kinds,
             "name": ir.name,
@@ -184,6 +203,8 @@ def _ask_child(
         }
         tracer, ir.gm._tracer_cls = ir.gm._tracer_cls, _ExactTracer  # how the child re-reads the code
         try:
+            if program is not None and payload["program"] is None:
+                raise ValueError("the exported program does not save")
             torch.save(payload, path)
         except Exception:  # noqa: BLE001 -- a backend's fault of any kind is a measurement, never the user's crash
             return None  # a graph that does not pickle is tried in-process
@@ -192,6 +213,18 @@ def _ask_child(
         return _SERVER.ask(path, deadline)
     finally:
         os.unlink(path)
+
+
+def _program_bytes(program: Any) -> bytes | None:
+    """An ``ExportedProgram`` as ``torch.export.save`` writes it (None: none given, or it does not save)."""
+    if program is None:
+        return None
+    buf = io.BytesIO()
+    try:
+        torch.export.save(program, buf)
+    except Exception:  # noqa: BLE001 -- a program that does not save is tried in-process, as a graph that does not pickle
+        return None
+    return buf.getvalue()
 
 
 class TrialChild:
@@ -419,6 +452,8 @@ class _ExactTracer(torch.fx.Tracer):
 
 
 def _one(path: str, proto: Any) -> dict[str, Any]:
+    from ..core.backend import CompileRequest
+    from ..core.package import saved_and_loaded
     from .placement import build_placement
     from .verify import check_call
 
@@ -429,8 +464,7 @@ def _one(path: str, proto: Any) -> dict[str, Any]:
         os.environ.update(payload["env"])
         args = [a.to(d) if isinstance(a, torch.Tensor) else a for a, d in zip(payload["args"], payload["device"])]
         ir = _rebuilt(payload["gm"], args, payload["kinds"], payload["name"], payload["phase"])
-        if ir.fingerprint() == payload["structure"]:  # the parent's graph node for node: its artifacts are the parent's
-            ir._fingerprint = payload["fingerprint"]  # the parent's key, which may also name its frozen weights
+        program = torch.export.load(io.BytesIO(payload["program"])) if payload.get("program") else None
         # else re-reading the code folded an op without inputs into a constant (a backward graph's
         # aten.scalar_tensor): the same program under its own key. The trial's verdict holds for the
         # parent's graph; what it built stays under the child's key, and the parent builds its own
@@ -439,6 +473,12 @@ def _one(path: str, proto: Any) -> dict[str, Any]:
             with contextlib.suppress(Exception):  # not importable: answered "unknown" below
                 registry.register(__import__(payload["plugin"], fromlist=["_"]), payload["plugin"])
         backend = registry.get(payload["backend"]) if payload["backend"] in registry.names else None
+        if ir.fingerprint() == payload["structure"] or (
+            program is not None and getattr(backend, "exports_programs", 0)
+        ):
+            # the parent's graph node for node, or a backend that builds from the program alone: its artifacts
+            # are the parent's, under the parent's key (which may also name its frozen weights)
+            ir._fingerprint = payload["fingerprint"]
     except Exception:  # noqa: BLE001 -- a request this child cannot rebuild: the parent runs the candidate unisolated
         if os.environ.get("TORCHMUX_DEBUG_TRIALS"):
             import traceback
@@ -452,8 +492,16 @@ def _one(path: str, proto: Any) -> dict[str, Any]:
     try:
         # the parent's grad mode (Inductor, for one, freezes only without grad): build what the parent will
         with torch.set_grad_enabled(payload["grad"]):
-            built = build_placement(ir, backend, args, mode=payload["mode"], options=payload["options"])
+            built = build_placement(
+                ir, backend, args, mode=payload["mode"], options=payload["options"], program=program
+            )
             _, wrong = check_call(ir, built.fn, args, twice=True)
+            if program is not None and wrong is None:  # torchmux.export ships what it built saved and loaded back
+                request = CompileRequest(ir, args, payload["mode"], payload["options"], program=program)
+                device = next((a.device.type for a in args if isinstance(a, torch.Tensor)), "cpu")
+                _, fn = saved_and_loaded(backend, built, request, device)
+                if fn is not built.fn:
+                    _, wrong = check_call(ir, fn, args, twice=True)
         return {"ok": True, "reason": ""} if wrong is None else {"ok": True, "reason": f"(ran; {wrong})"}
     except Exception as e:  # noqa: BLE001 -- an exception is no danger to the parent: it measures the candidate itself
         return {"ok": True, "reason": f"(raised {type(e).__name__})"}
@@ -471,11 +519,13 @@ def screen(
     deadline: float,
     where: Any = None,
     structure: str = "",
+    program: Any = None,
 ) -> tuple[list[Any], list[tuple[str, str]]]:
     """Split ``candidates`` into those safe to run in-process and (name, reason) for those that crashed or
     hung. ``where``: the user's line, for the one warning if no trial child can run here. ``structure``
     (verdicts.py): a trial on a graph of the same structure stands for this graph's, and this one's is
-    kept for the next."""
+    kept for the next. ``program``: ``torchmux.export``'s ``ExportedProgram``; each trial then builds from
+    it as the export will, and saves and loads back what it built, as a package ships it."""
     safe, failed = [], []
     for b in candidates:
         if not wanted(b, isolation):
@@ -483,7 +533,9 @@ def screen(
         elif (old := verdicts.recall(structure, b, mode)) is not None:
             verdict = (old.ok, old.reason)  # a failed verdict is the runner's to report (it skips the backend)
         else:
-            verdict = trial(ir, signature, b, args, mode=mode, options=options(b.name), deadline=deadline)
+            verdict = trial(
+                ir, signature, b, args, mode=mode, options=options(b.name), deadline=deadline, program=program
+            )
             if verdict is not None:
                 verdicts.record(structure, b, mode, verdict[0], "" if verdict[0] else verdict[1])
         if verdict is not None and not verdict[0]:

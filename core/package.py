@@ -50,13 +50,15 @@ import platform
 import struct
 import sys
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import IO, Any, cast
 
 import torch
 
 from . import settings
+from .backend import Backend, CompileRequest, LoadRequest, SavedGraph
 from .errors import TorchmuxError
 
 __all__ = [
@@ -69,6 +71,8 @@ __all__ = [
     "program_runner",
     "writes_in_place",
     "numpy_weights",
+    "loaded_back",
+    "saved_and_loaded",
     "program_weights",
     "signing_key",
     "write_package",
@@ -270,6 +274,31 @@ def numpy_weights(program: Any) -> dict[str, Any]:
         for k, v in tensors.items()
         if isinstance(v, torch.Tensor) and str(v.dtype).removeprefix("torch.") in PT2_DTYPES.values()
     }
+
+
+def saved_and_loaded(
+    b: Backend, placement: Any, request: CompileRequest, device: str, recorded: bool = False
+) -> tuple[SavedGraph | None, Callable[..., Any]]:
+    """A compiled placement as a package ships it: saved by its backend and loaded back as ``torchmux.load``
+    will (:func:`loaded_back`); ``(None, the compiled callable)`` where the backend saves nothing, or the
+    placement is not the backend's compiled graph itself (several regions, or ops left to eager beside its
+    one region). ``torchmux.export`` ships candidates so, and a rebuild at load to be recorded as a CUDA
+    graph loads so (``recorded``)."""
+    whole = placement.regions == 1 and not placement.ops_eager
+    artifact = b.save(placement.fn, request) if whole else None
+    if artifact is None:
+        return None, placement.fn
+    return artifact, loaded_back(b, artifact, request.program, device, request.options, recorded)
+
+
+def loaded_back(
+    b: Backend, artifact: SavedGraph, program: Any, device: str, options: Mapping[str, Any], recorded: bool = False
+) -> Callable[..., Any]:
+    """``artifact`` loaded by ``b`` in the process that holds its ``program`` (the program's weights as
+    NumPy arrays, read when the backend asks)."""
+    weights = partial(numpy_weights, program)
+    request = LoadRequest(artifact, device, torch.get_num_threads(), options, lambda: program, weights, recorded)
+    return b.load(request)
 
 
 def signing_key() -> tuple[str, bytes]:

@@ -14,6 +14,7 @@ import time
 import torch
 
 import torchmux
+import torchmux.extend
 
 
 class _Fault(torchmux.Backend):
@@ -129,6 +130,18 @@ class Segfaults(_Fault):
         ctypes.string_at(0)
 
 
+class SegfaultsOnLoad(_Fault):
+    """Builds and answers right; its saved form (``torchmux.export``'s package) kills the process that loads it."""
+
+    name = "fault_segfault_on_load"
+
+    def save(self, compiled, request):
+        return torchmux.extend.SavedGraph({"model.bin": b"\0"})
+
+    def load(self, request):
+        ctypes.string_at(0)
+
+
 class HangsInCall(_Fault):
     name = "fault_hang_call"
 
@@ -202,6 +215,7 @@ def torchmux_add_backends():
         Aborts(),
         AbortsUnderGrad(),
         Segfaults(),
+        SegfaultsOnLoad(),
         HangsInCall(),
         HangsInCompile(),
         RecordsItsGraphs(),

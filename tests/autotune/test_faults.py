@@ -1142,3 +1142,39 @@ def test_a_check_beside_the_call_returns_the_backends_answer_and_judges_it_on_th
     torch.testing.assert_close(out[0], (x_(1) @ x_(1).T).relu().sum(0) + 1)  # the backend's own answer
     assert seen == [("torchmux-checks", 1, False)], seen
     assert len(verdicts) == 1 and (verdicts[0][0] or "").startswith("wrong answer") and verdicts[0][1] > 0, verdicts
+
+
+# ------------------------------------------------------------------------------- torchmux.export's trials
+@pytest.mark.parametrize(
+    "name, reason",
+    [
+        ("fault_segfault", "crashed with signal 11"),
+        ("fault_segfault_on_load", "crashed with signal 11"),  # its package's load kills the process
+        ("fault_abort", "crashed with signal 6"),
+        ("fault_hang_compile", "timed out after 3 s"),
+    ],
+)
+def test_an_export_tries_each_backend_in_the_child_first(name, reason, tmp_path, monkeypatch):
+    """``torchmux.export`` screens its candidates as ``compile()`` does: each is built, called, saved and
+    loaded back in the trial child first. A backend that kills or stalls that child is a failed row of the
+    plan, with its reason; the package runs eager's program, with one warning at the user's line, and
+    answers as eager does after a load. The verdict is kept: a second export of the program asks no child."""
+    monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path / "cache"))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).eval()
+    x = torch.randn(3, 8)
+    before = isolate._SERVER.trials
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exported = torchmux.export(model, (x,), backend=name, options={"trial_deadline": 3.0})
+    warned = [w for w in caught if issubclass(w.category, TorchmuxFallbackWarning)]
+    assert exported.backend == "eager" and isolate._SERVER.trials == before + 1
+    assert len(warned) == 1 and reason in str(warned[0].message) and name in str(warned[0].message)
+    assert warned[0].filename == __file__
+    row = next(c for c in exported.plan["candidates"] if c["backend"] == name)
+    assert not row["ok"] and reason in row["reason"] and row["artifact"] is None
+    loaded = torchmux.load(exported.save(tmp_path / "m.tmux"))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), model(x))
+    torchmux.export(model, (x,), backend=name, options={"trial_deadline": 3.0})
+    assert isolate._SERVER.trials == before + 1  # remembered on disk
