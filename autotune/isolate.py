@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import faulthandler
 import hashlib
 import io
 import json
@@ -235,7 +236,9 @@ class TrialChild:
     Dynamo captures. The protocol, one line each way: the child says ``up`` once imported; the parent
     writes the path of a ``torch.save``'d request; the child answers ``ready`` once the request is
     loaded (the trial's deadline starts there) and then one JSON verdict. The child's fd 1 carries
-    only this protocol: a backend's own prints go to its stderr. After ``TORCHMUX_TRIAL_CHILD_IDLE``
+    only this protocol: a backend's own prints go to its stderr, a temporary file emptied before each
+    trial; where the child dies of a signal, the stacks ``faulthandler`` wrote there name the place
+    (:func:`crash_site`), and the verdict says it. After ``TORCHMUX_TRIAL_CHILD_IDLE``
     seconds (300) without a request it exits, giving its memory back. A child that a process forked from the parent would
     share is not used: a new one starts. A child that cannot even start (a Python that cannot import
     torchmux) makes isolation unavailable in this process, with one warning: torchmux's own backends
@@ -245,6 +248,7 @@ class TrialChild:
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen | None = None
+        self._log: Any = None  # the child's stderr (a temporary file): where a crash is, read from its tail
         self._pid = 0
         self._up = False  # the current child said "up"
         self._lock = threading.Lock()
@@ -256,12 +260,15 @@ class TrialChild:
     def start(self) -> subprocess.Popen:
         if self._proc is None or self._proc.poll() is not None or self._pid != os.getpid():
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+            if self._log is not None:
+                self._log.close()
+            self._log = None if os.environ.get("TORCHMUX_DEBUG_TRIALS") else tempfile.TemporaryFile()
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "torchmux.autotune.isolate"],
                 env=env,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
-                stderr=None if os.environ.get("TORCHMUX_DEBUG_TRIALS") else subprocess.DEVNULL,
+                stderr=self._log,  # None (debugging): the parent's
                 text=True,
             )
             self._pid, self._up = os.getpid(), False
@@ -273,6 +280,9 @@ class TrialChild:
             if self._proc is not None and self._pid == os.getpid():
                 _kill(self._proc)
             self._proc = None
+            if self._log is not None:
+                self._log.close()
+                self._log = None
 
     def ask(self, path: str, deadline: float) -> tuple[bool, str] | None:
         with self._lock:
@@ -281,6 +291,9 @@ class TrialChild:
             self.trials += 1
             for _ in range(2):  # a second time only if the child left (idle) as the request went out
                 child = self.start()
+                if self._log is not None:  # only this trial's output: the child's writes share this offset
+                    self._log.seek(0)
+                    self._log.truncate()
                 assert child.stdin is not None
                 try:
                     child.stdin.write(path + "\n")
@@ -327,12 +340,49 @@ class TrialChild:
         if started is None and code == 0:
             return None, False, True  # it left idle as the request went out: ask a new one
         if code < 0:
+            where = crash_site(self._read_log())
             return (
-                (False, f"crashed with signal {-code} ({signal.Signals(-code).name}) in an isolated trial"),
+                (
+                    False,
+                    f"crashed with signal {-code} ({signal.Signals(-code).name}) in an isolated trial"
+                    + (f", in {where}" if where else ""),
+                ),
                 False,
                 False,
             )
         return (False, f"exited with status {code} in an isolated trial"), False, False
+
+    def _read_log(self, size: int = 65536) -> str:
+        """The end of what the child wrote to its stderr during this trial ("" when debugging: it went to ours)."""
+        if self._log is None:
+            return ""
+        with contextlib.suppress(OSError):
+            end = self._log.seek(0, os.SEEK_END)
+            self._log.seek(max(0, end - size))
+            return self._log.read().decode(errors="replace")
+        return ""
+
+
+def crash_site(log: str, frames: int = 3) -> str:
+    """Where a child died, from the stacks ``faulthandler`` wrote as it did: the innermost ``frames`` Python
+    frames of the thread that crashed (``folder/file.py:line function``, innermost first), or ""."""
+    block = log.rsplit("Current thread ", 1)
+    if len(block) < 2:
+        return ""
+    found = []
+    for line in block[1].splitlines()[1:]:
+        line = line.strip()
+        if not line.startswith("File "):
+            break
+        try:
+            path, rest = line[len('File "') :].split('", line ', 1)
+            number, function = rest.split(" in ", 1)
+        except ValueError:
+            break
+        found.append(f"{'/'.join(path.split(os.sep)[-2:])}:{number} {function}")
+        if len(found) == frames:
+            break
+    return " <- ".join(found)
 
 
 def _lines(fd: int, seconds_left: Callable[[], float]) -> Iterator[bytes]:
@@ -410,6 +460,7 @@ def _serve() -> None:
     proto = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    faulthandler.enable()  # a fatal signal writes each thread's stack to stderr: the parent reads where it was
     # imported before the first request: the start-up is paid while the parent captures
     import torch._dynamo  # noqa: F401
     import torch._inductor.compile_fx  # noqa: F401

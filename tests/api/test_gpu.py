@@ -60,6 +60,8 @@ def test_compile_auto_on_cuda_with_gradients() -> None:
 def test_export_save_load_on_cuda(backend: str, tmp_path) -> None:
     model, x = _mlp()
     exported = torchmux.export(model, (x,), backend=backend, dynamic_shapes=({0: torch.export.Dim("batch", max=32)},))
+    rows = {c["backend"]: c for c in exported.plan["candidates"]}
+    assert backend == "auto" or exported.backend == backend, rows[backend]["reason"]  # a named backend ran
     path = exported.save(tmp_path / f"mlp-{backend}.tmux")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -69,7 +71,10 @@ def test_export_save_load_on_cuda(backend: str, tmp_path) -> None:
                 out = loaded(xb)
                 assert out.is_cuda
                 torch.testing.assert_close(out, model(xb), rtol=2e-3, atol=2e-3)
-    assert loaded.backend == exported.backend and _fallbacks(caught) == [], _fallbacks(caught)
+    # a backend that saves no compiled form (triton) is rebuilt from the program at load, and says so
+    notes = [] if rows[exported.backend]["artifact"] else [f"runs '{exported.backend}'"]
+    assert loaded.backend == exported.backend, loaded.backend
+    assert len(_fallbacks(caught)) == len(notes) and all(n in w for n, w in zip(notes, _fallbacks(caught))), caught
 
 
 def test_bench_zoo_bert_on_cuda_under_auto() -> None:
@@ -97,6 +102,7 @@ def test_export_measures_each_backend_replayed_as_a_cuda_graph(tmp_path) -> None
     with torch.no_grad():
         exported = torchmux.export(model, (x,), backend=["inductor", "eager"])
     rows = {c["backend"]: c for c in exported.plan["candidates"]}
+    assert "inductor+cudagraphs" in rows, rows["inductor"]["reason"]  # only a shipped candidate is recorded
     assert rows["inductor+cudagraphs"]["ok"], rows["inductor+cudagraphs"]["reason"]
     assert rows["inductor+cudagraphs"]["artifact"] == "artifacts/inductor/"
     path = exported.save(tmp_path / "resnet.tmux")

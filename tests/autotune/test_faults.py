@@ -7,6 +7,7 @@ the aborting, segfaulting and hanging ones run only under isolation (a real chil
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import os
@@ -1146,18 +1147,19 @@ def test_a_check_beside_the_call_returns_the_backends_answer_and_judges_it_on_th
 
 # ------------------------------------------------------------------------------- torchmux.export's trials
 @pytest.mark.parametrize(
-    "name, reason",
+    "name, reason, site",
     [
-        ("fault_segfault", "crashed with signal 11"),
-        ("fault_segfault_on_load", "crashed with signal 11"),  # its package's load kills the process
-        ("fault_abort", "crashed with signal 6"),
-        ("fault_hang_compile", "timed out after 3 s"),
+        ("fault_segfault", "crashed with signal 11", "faulty_backends.py:{} fault"),
+        ("fault_segfault_on_load", "crashed with signal 11", "faulty_backends.py:{} load"),  # as its package loads
+        ("fault_abort", "crashed with signal 6", "faulty_backends.py:{} fault"),
+        ("fault_hang_compile", "timed out after 3 s", None),
     ],
 )
-def test_an_export_tries_each_backend_in_the_child_first(name, reason, tmp_path, monkeypatch):
+def test_an_export_tries_each_backend_in_the_child_first(name, reason, site, tmp_path, monkeypatch):
     """``torchmux.export`` screens its candidates as ``compile()`` does: each is built, called, saved and
     loaded back in the trial child first. A backend that kills or stalls that child is a failed row of the
-    plan, with its reason; the package runs eager's program, with one warning at the user's line, and
+    plan, with its reason, and for a crash the place in the backend's code where it died (the child's
+    ``faulthandler`` stacks); the package runs eager's program, with one warning at the user's line, and
     answers as eager does after a load. The verdict is kept: a second export of the program asks no child."""
     monkeypatch.setenv("TORCHMUX_CACHE_DIR", str(tmp_path / "cache"))
     torch.manual_seed(0)
@@ -1173,6 +1175,11 @@ def test_an_export_tries_each_backend_in_the_child_first(name, reason, tmp_path,
     assert warned[0].filename == __file__
     row = next(c for c in exported.plan["candidates"] if c["backend"] == name)
     assert not row["ok"] and reason in row["reason"] and row["artifact"] is None
+    if site is not None:
+        backend = type(get_registry().get(name))
+        source, first = inspect.getsourcelines(backend.load if "load" in site else backend.fault)
+        number = first + next(i for i, text in enumerate(source) if "string_at(0)" in text or "abort()" in text)
+        assert site.format(number) in row["reason"], row["reason"]  # the line that killed the child
     loaded = torchmux.load(exported.save(tmp_path / "m.tmux"))
     with torch.no_grad():
         torch.testing.assert_close(loaded(x), model(x))
