@@ -29,7 +29,10 @@ eagerly. A call of ``Fn.apply`` (a global alias of it, or ``Fn().apply``) become
 if _mend_rt.tracing(note) else Fn.apply)(...)``: while Dynamo traces, the ``apply`` of a subclass of ``Fn``
 of the same name whose ``backward`` is the user's compiled again from its source with ``saved_variables``
 read as ``saved_tensors`` (the same tensors; the same file, lines and globals; made when the call is
-rewritten and handed to the mended code as a free variable); ``Fn.apply`` otherwise.
+rewritten and handed to the mended code as a free variable); ``Fn.apply`` otherwise. The same backward
+reads ``Variable(t)`` as ``t.detach()`` (the rule above, which a backward, compiled in the user's globals,
+spells out): a shake-shake layer's backward wraps its random mix in ``Variable``, and Dynamo, tracing that
+backward, skips the constructor and the whole frame.
 
 The same subclass carries the Function's ``forward`` mended by every rule a plain function gets, where
 one applies: Dynamo traces ``Fn.forward`` itself (not a function the mend pass replaced), so a VQ-VAE's
@@ -242,7 +245,7 @@ def modern_function(owner: type) -> tuple[type, str, list[int]] | None:
     """The subclass of the ``autograd.Function`` ``owner`` that Dynamo traces in its stead, what it
     changes and the notes of its mended ``forward``; or None where it
     changes nothing. Its ``backward`` reads ``saved_tensors`` where ``owner``'s reads
-    ``<ctx>.saved_variables`` (``<ctx>`` its first parameter; not where it has no source or needs a
+    ``<ctx>.saved_variables`` and ``t.detach()`` for ``Variable(t)`` (``<ctx>`` its first parameter; not where it has no source or needs a
     closure: a class made inside a function, a zero-argument ``super()``); its ``forward`` is ``owner``'s
     mended by the rules every other function gets (``pipeline.mend_function``), where one applies (a
     VQ-VAE's ``int(np.prod(np.array(input.size()[2:])))``). Made once per class."""
@@ -257,12 +260,12 @@ def modern_function(owner: type) -> tuple[type, str, list[int]] | None:
         if (
             backward is not None
             and not backward.__code__.co_freevars
-            and "saved_variables" in backward.__code__.co_names
+            and {"saved_variables", "Variable"} & set(backward.__code__.co_names)
         ):
-            recompiled = _saved_tensors(backward)
+            recompiled, changes = _modern_backward(backward)
             if recompiled is not None:
                 body["backward"] = staticmethod(recompiled)
-                what.append("backward: ctx.saved_variables -> ctx.saved_tensors")
+                what.extend(f"backward: {change}" for change in changes)
         forward = _static(owner, "forward")
         if forward is not None:
             from .pipeline import mend_function  # pipeline imports this module: read at call time
@@ -291,12 +294,68 @@ def _static(owner: type, name: str) -> types.FunctionType | None:
     return fn if isinstance(fn, types.FunctionType) else None
 
 
-def _saved_tensors(fn: types.FunctionType) -> types.FunctionType | None:
-    """``fn`` (a Function's ``backward``) compiled again from its source, each ``<ctx>.saved_variables``
-    read as ``<ctx>.saved_tensors``, in its own file, lines and globals."""
+def _modern_backward(fn: types.FunctionType) -> tuple[types.FunctionType | None, list[str]]:
+    """``fn`` (a Function's ``backward``) compiled again from its source, in its own file, lines and
+    globals, with each ``<ctx>.saved_variables`` read as ``<ctx>.saved_tensors`` and each ``Variable(t)``
+    (``requires_grad`` absent or ``False``, never set later) as ``t.detach()``, what ``Variable`` gives
+    while Dynamo traces (a shake-shake layer's backward wraps its random mix so: Dynamo skips the
+    constructor and the whole frame with it); and what it changed. ``(None, [])`` where it changes nothing."""
     fdef = _parsed(fn)
     if fdef is None or fdef.name != fn.__name__ or not fdef.args.args:
-        return None
+        return None, []
+    changes = []
+    if _saved_tensors(fdef):
+        changes.append("ctx.saved_variables -> ctx.saved_tensors")
+    if _detached_variables(fdef, fn.__globals__):
+        changes.append("Variable(t) -> t.detach()")
+    if not changes:
+        return None, []
+    fdef.decorator_list = []
+    tree = ast.Module([fdef], [])
+    ast.increment_lineno(tree, fn.__code__.co_firstlineno - 1)  # the source read starts at its first decorator
+    ast.fix_missing_locations(tree)
+    space: dict[str, Any] = {}
+    exec(compile(tree, fn.__code__.co_filename, "exec"), fn.__globals__, space)  # noqa: S102 -- the user's own code
+    backward: types.FunctionType = space[fn.__name__]
+    backward.__qualname__, backward.__defaults__ = fn.__qualname__, fn.__defaults__
+    return backward, changes
+
+
+def _detached_variables(fdef: ast.FunctionDef, names: dict[str, Any]) -> bool:
+    """Each ``Variable(t)`` of ``fdef`` (the name read from ``names``, a function's globals) with no
+    ``requires_grad`` but ``False`` and none set later becomes ``t.detach()``, in place; whether one did."""
+    grad_set = _requires_grad_set(fdef)
+    found = False
+    for call in [n for n in ast.walk(fdef) if isinstance(n, ast.Call)]:
+        if (
+            _global_value(call.func, names) is not _VARIABLE
+            or len(call.args) != 1
+            or isinstance(call.args[0], ast.Starred)
+            or id(call) in grad_set
+            or not all(
+                k.arg == "requires_grad" and isinstance(k.value, ast.Constant) and k.value.value is False
+                for k in call.keywords
+            )
+        ):
+            continue
+        call.func = ast.copy_location(ast.Attribute(call.args[0], "detach", ast.Load()), call.func)
+        call.args, call.keywords = [], []
+        found = True
+    return found
+
+
+def _global_value(node: ast.expr, names: dict[str, Any]) -> Any:
+    """What a name or dotted name (``Variable``, ``torch.autograd.Variable``) reads from ``names``, or None."""
+    if isinstance(node, ast.Name):
+        return names.get(node.id)
+    if isinstance(node, ast.Attribute):
+        return getattr(_global_value(node.value, names), node.attr, None)
+    return None
+
+
+def _saved_tensors(fdef: ast.FunctionDef) -> bool:
+    """Each ``<ctx>.saved_variables`` of ``fdef`` (a Function's ``backward``) read as ``<ctx>.saved_tensors``,
+    in place; whether one was."""
     ctx_name = fdef.args.args[0].arg
     read = [
         n
@@ -307,18 +366,9 @@ def _saved_tensors(fn: types.FunctionType) -> types.FunctionType | None:
         and n.value.id == ctx_name
         and isinstance(n.ctx, ast.Load)
     ]
-    if not read:
-        return None
     for n in read:
         n.attr = "saved_tensors"
-    fdef.decorator_list = []
-    tree = ast.Module([fdef], [])
-    ast.increment_lineno(tree, fn.__code__.co_firstlineno - 1)  # the source read starts at its first decorator
-    space: dict[str, Any] = {}
-    exec(compile(tree, fn.__code__.co_filename, "exec"), fn.__globals__, space)  # noqa: S102 -- the user's own code
-    backward: types.FunctionType = space[fn.__name__]
-    backward.__qualname__, backward.__defaults__ = fn.__qualname__, fn.__defaults__
-    return backward
+    return bool(read)
 
 
 def _applied(fn: Any) -> type[torch.autograd.Function] | None:

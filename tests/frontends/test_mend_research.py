@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+from torch.autograd import Variable
 from torch.nn.utils.rnn import pack_padded_sequence
 
 import torchmux
@@ -578,6 +579,47 @@ def test_backward_reading_saved_variables_is_one_graph_with_eagers_gradients(for
         model.zero_grad()
         want_model.zero_grad()
     assert type(OldLinear.apply(torch.ones(1, 4), model.weight).grad_fn).__name__ == "OldLinearBackward"
+
+
+class Shake(torch.autograd.Function):
+    """A shake-shake mix of two branches (2017): the backward wraps its mixing weights in ``Variable``, as
+    code of that era did (here the weights are fixed, so that gradients can be compared)."""
+
+    @staticmethod
+    def forward(ctx, x1, x2):
+        return 0.5 * x1 + 0.5 * x2
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        beta = torch.full((grad_output.size(0), 1), 0.25).expand_as(grad_output)
+        beta = Variable(beta)
+        return beta * grad_output, (1 - beta) * grad_output
+
+
+class ShakeNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)  # parameters: Dynamo traces the backward
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(Shake.apply(self.a(x), self.b(x)))
+
+
+def test_backward_wrapping_a_tensor_in_variable_is_one_graph_with_eagers_gradients() -> None:
+    model, x = ShakeNet(), torch.randn(3, 4)
+    rep = explain(model, x)  # as written: Dynamo skips Variable in the backward, and the frame with it
+    assert (rep.graph_count, rep.graph_break_count, rep.not_captured) == (1, 0, []), rep.not_captured
+    assert any("Shake.backward: Variable(t) -> t.detach()" in r for r in rep.rewrites), rep.rewrites
+    fast, want_model = compiled(model), ShakeNet()
+    want_model.load_state_dict(model.state_dict())
+    x = torch.randn(3, 4)
+    out, want = fast(x), want_model(x)
+    out.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(out, want)
+    for p, q in zip(model.parameters(), want_model.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+    assert Shake.backward.__code__.co_names.count("Variable") == 1  # the class itself is left as written
 
 
 def test_a_backward_that_reads_saved_tensors_is_left_as_written() -> None:
