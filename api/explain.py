@@ -67,6 +67,19 @@ _ADVICE: tuple[tuple[str, str], ...] = (
         "otherwise keep both outcomes tensors (torch.where) so no Python branch is needed",
     ),
     (
+        "generic_jump TensorVariable",
+        "an if (and/or) on a tensor's value that the mend pass could not rewrite: a check that raises before "
+        "code that could fail or write on the same data, say (if x.min() < lo or x.max() > hi: raise ...). "
+        "For such a check, torch._assert_async(~((x.min() < lo) | (x.max() > hi)), msg) keeps it in the graph "
+        "(a RuntimeError with msg); otherwise compute both sides and pick with torch.where, or use torch.cond",
+    ),
+    (
+        "Data dependent operator",
+        "an operator whose output size depends on tensor values: NumPy on values Dynamo traces (np.arange of "
+        "an np.array(x.shape) entry: the sizes become data), or nonzero/unique. Compute sizes with Python "
+        "ints (x.shape[2] is an int), or build such constants (anchors, grids) outside the compiled function",
+    ),
+    (
         "data-dependent size",
         "an if on a size that depends on the data: where the code never takes that branch on real inputs, "
         "say it with torch._check(...) before the if; otherwise keep both outcomes tensors (torch.where)",

@@ -17,6 +17,7 @@ import types
 import warnings
 from contextlib import redirect_stdout
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -1058,6 +1059,51 @@ class _Calibrated(torch.nn.Module):
         sf = 7 - math.ceil(math.log2(v + 1e-12))
         self.sf = sf if self.sf is None else min(self.sf, sf)
         return x
+
+
+class _DomainCheck(torch.nn.Module):
+    """A spline flow's domain check (ParityBench: tonyduan_normalizing_flows' RQS): the code after it
+    writes into a tensor and gathers with indices from the data, so the mend pass does not defer it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.min(x) < -3 or torch.max(x) > 3:
+            raise ValueError("Input outside domain")
+        bins = torch.sum(x[..., None] >= torch.linspace(-3, 3, 4), dim=-1) - 1
+        x[..., 0] = 0
+        return x.gather(-1, bins.clamp(min=0))
+
+
+def _shifts(shape: np.ndarray, stride: int) -> np.ndarray:
+    shift_x = (np.arange(0, shape[1]) + 0.5) * stride
+    shift_y = (np.arange(0, shape[0]) + 0.5) * stride
+    return np.vstack((shift_x.ravel(), shift_y.ravel()))
+
+
+class _NumpyAnchors(torch.nn.Module):
+    """Anchors built with NumPy from the input's size (ParityBench: yhenon_pytorch_retinanet's Anchors)."""
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        image_shape = np.array(image.shape[2:])
+        shifts = [_shifts((image_shape + 2**x - 1) // 2**x, 8) for x in (3, 4)]
+        return torch.from_numpy(np.concatenate(shifts, axis=1).astype(np.float32)).sum() + image.mean()
+
+
+def test_a_check_before_code_that_acts_on_its_data_and_numpy_sizes_say_what_to_change() -> None:
+    """Two more kinds left on a fresh ParityBench sample, from real captures, each with its remedy; the
+    remedy given for the check is itself one graph that raises on data outside the domain."""
+    check = explain(_DomainCheck(), torch.randn(2, 5))
+    assert check.break_reasons and all("torch._assert_async" in r.advice for r in check.break_reasons), str(check)
+    anchors = explain(_NumpyAnchors(), torch.randn(1, 3, 64, 64))
+    assert anchors.break_reasons and all("Python ints" in r.advice for r in anchors.break_reasons), str(anchors)
+
+    def asserted(x: torch.Tensor) -> torch.Tensor:  # the check as the advice writes it
+        torch._assert_async(~((torch.min(x) < -3) | (torch.max(x) > 3)), "Input outside domain")
+        return x * 2
+
+    report = explain(asserted, torch.randn(2, 5))
+    assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
+    with pytest.raises(RuntimeError, match="Input outside domain"):
+        compiled(asserted)(torch.full((2, 5), 9.0))
 
 
 def test_what_no_rewrite_can_take_is_named_with_what_to_change() -> None:
