@@ -23,7 +23,9 @@ the built-ins.
   :func:`module_present`, :func:`version_tuple`, :func:`has_cuda`.
 - CUDA: :func:`record_cuda_graph` (a compiled call recorded once and replayed as one CUDA graph, on
   static input buffers; ``core/cudagraph.py``).
-- Artifacts: :func:`artifact_dir` (under ``TORCHMUX_CACHE_DIR``), :func:`atomic_write`,
+- Artifacts: :func:`artifact_dir` (under ``TORCHMUX_CACHE_DIR``), :func:`atomic_write`, :func:`building`
+  (held while this process builds into a folder: another process building the same artifact waits, then
+  finds it built),
   :func:`debug_dir` (``TORCHMUX_DEBUG_DIR``); the fleet's shared cache (``TORCHMUX_REMOTE_CACHE``):
   :func:`fetch_artifact` (is the file here, locally or fetched from the remote cache?) and
   :func:`publish_artifact` (send a file just built), ``executable=True`` for shared libraries (they
@@ -39,6 +41,7 @@ from .core.artifacts import (
     artifact_dir,
     atomic_write,
     authentic,
+    building,
     debug_dir,
     load_claims,
     load_nonfinite_unsafe,
@@ -81,6 +84,7 @@ __all__ = [
     "TensorSpec",
     "artifact_dir",
     "atomic_write",
+    "building",
     "authentic",
     "debug_dir",
     "export_program",

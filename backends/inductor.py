@@ -156,22 +156,27 @@ def _compile_package(request: extend.CompileRequest) -> AotiProgram:
 
 
 def _aoti_library(request: extend.CompileRequest, own_weights: bool) -> Path:
-    from torch._inductor import aoti_compile_and_package
-
     folder = extend.artifact_dir("inductor", "aoti-code", request.ir.fingerprint()[:32])
     path = folder / ("model-with-weights.pt2" if own_weights else "model.pt2")
-    if not (path.exists() and extend.authentic(path)):  # a package planted in the cache is rebuilt, never loaded
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".model.{os.getpid()}.{threading.get_ident()}.pt2"
-        patches = {"max_autotune": True} if request.mode in ("max-autotune", "max-autotune-no-cudagraphs") else {}
-        patches["aot_inductor.package_constants_in_so"] = own_weights
-        with torch.no_grad():
-            aoti_compile_and_package(
-                request.program, package_path=str(tmp), inductor_configs={**patches, **dict(request.options)}
-            )
-        os.replace(tmp, path)
-        extend.sign(path)
+    with extend.building(folder):  # another process building the same library: wait, then load its build
+        if not (path.exists() and extend.authentic(path)):  # a package planted in the cache is rebuilt, never loaded
+            _build_library(request, path, own_weights)
     return path
+
+
+def _build_library(request: extend.CompileRequest, path: Path, own_weights: bool) -> None:
+    from torch._inductor import aoti_compile_and_package
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".model.{os.getpid()}.{threading.get_ident()}.pt2"
+    patches = {"max_autotune": True} if request.mode in ("max-autotune", "max-autotune-no-cudagraphs") else {}
+    patches["aot_inductor.package_constants_in_so"] = own_weights
+    with torch.no_grad():
+        aoti_compile_and_package(
+            request.program, package_path=str(tmp), inductor_configs={**patches, **dict(request.options)}
+        )
+    os.replace(tmp, path)
+    extend.sign(path)
 
 
 def _load_package(request: extend.LoadRequest) -> AotiProgram:

@@ -17,6 +17,7 @@ never code: another user's libraries fail authentication and are rebuilt under t
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -24,7 +25,9 @@ import os
 import secrets
 import stat
 import tempfile
+import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 from . import settings
@@ -66,6 +69,45 @@ def atomic_write(path: Path, data: bytes | str) -> None:
         except OSError:
             pass
         raise
+
+
+#: the longest :func:`building` waits for another process's build (past it, it builds beside that one)
+BUILD_WAIT_SECONDS = 300.0
+
+
+@contextlib.contextmanager
+def building(folder: Path, wait: float = BUILD_WAIT_SECONDS) -> Iterator[bool]:
+    """Held while this process builds an artifact into ``folder``: another process (another export of the
+    same program, a test worker beside this one) that builds into the same folder waits for it, then
+    finds what it built instead of building the same files at the same time (two compilers writing one
+    shared library can leave a torn one behind, which kills the process that loads it). Yields whether
+    the lock is held: not where the folder cannot be written or locked (a read-only cache, no ``fcntl``),
+    nor after ``wait`` seconds (a build stuck in another process), where the build goes on unlocked."""
+    try:
+        import fcntl
+
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = open(folder / ".building.lock", "a+b")  # noqa: SIM115 -- closed below, after the unlock
+    except (ImportError, OSError):
+        yield False
+        return
+    held = False
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = True
+                break
+            except OSError:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.1)
+        yield held
+    finally:
+        if held:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
 
 
 class MissingClaims(dict[str, frozenset[str]]):

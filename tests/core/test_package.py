@@ -136,3 +136,36 @@ def test_writes_in_place_means_the_callers_inputs_only() -> None:
         ]
     }
     assert verdicts == {"divides": True, "view": True, "conv": False, "relu": True}
+
+
+def test_a_build_in_another_process_is_waited_for_then_found(tmp_path) -> None:
+    """``extend.building``: a process that builds into a folder another process is building into waits for
+    it (then finds its file, instead of writing the same files at the same time), and past its wait goes on
+    unlocked, saying so."""
+    import subprocess
+    import sys
+    import time
+
+    from torchmux.extend import building
+
+    holder = (
+        "import sys, time, pathlib\n"
+        "from torchmux.extend import building\n"
+        "folder = pathlib.Path(sys.argv[1])\n"
+        "with building(folder) as held:\n"
+        "    print('held' if held else 'not held', flush=True)\n"
+        "    time.sleep(1.5)\n"
+        "    (folder / 'model.pt2').write_bytes(b'built')\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", holder, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "held"
+        with building(tmp_path, wait=0.2) as held:  # the other build is not done: not held, no file yet
+            assert not held and not (tmp_path / "model.pt2").exists()
+        started = time.monotonic()
+        with building(tmp_path) as held:
+            assert held and (tmp_path / "model.pt2").read_bytes() == b"built"
+        assert time.monotonic() - started > 0.5  # it waited for the other process
+    finally:
+        child.wait(timeout=60)
+    assert child.returncode == 0
