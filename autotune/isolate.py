@@ -516,20 +516,21 @@ def _one(path: str, proto: Any) -> dict[str, Any]:
         args = [a.to(d) if isinstance(a, torch.Tensor) else a for a, d in zip(payload["args"], payload["device"])]
         ir = _rebuilt(payload["gm"], args, payload["kinds"], payload["name"], payload["phase"])
         program = torch.export.load(io.BytesIO(payload["program"])) if payload.get("program") else None
-        # else re-reading the code folded an op without inputs into a constant (a backward graph's
-        # aten.scalar_tensor): the same program under its own key. The trial's verdict holds for the
-        # parent's graph; what it built stays under the child's key, and the parent builds its own
         registry = get_registry()
         if payload["backend"] not in registry.names:
             with contextlib.suppress(Exception):  # not importable: answered "unknown" below
                 registry.register(__import__(payload["plugin"], fromlist=["_"]), payload["plugin"])
         backend = registry.get(payload["backend"]) if payload["backend"] in registry.names else None
         if ir.fingerprint() == payload["structure"] or (
-            program is not None and getattr(backend, "exports_programs", 0)
+            program is not None and getattr(backend, "exports_programs", False)
         ):
             # the parent's graph node for node, or a backend that builds from the program alone: its artifacts
             # are the parent's, under the parent's key (which may also name its frozen weights)
             ir._fingerprint = payload["fingerprint"]
+        # else re-reading the code folded an op without inputs into a constant (a backward graph's
+        # aten.scalar_tensor), or specialized a dynamic graph to the example's sizes: the same program under
+        # its own key. The trial's verdict holds for the parent's graph; what it built stays under the
+        # child's key, and the parent builds its own
     except Exception:  # noqa: BLE001 -- a request this child cannot rebuild: the parent runs the candidate unisolated
         if os.environ.get("TORCHMUX_DEBUG_TRIALS"):
             import traceback
