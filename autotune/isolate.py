@@ -61,6 +61,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import faulthandler
+import functools
 import hashlib
 import io
 import json
@@ -145,10 +146,11 @@ def trial(
     mode: str | None,
     options: dict[str, Any],
     deadline: float,
-    program: Any = None,
+    program: Callable[[], bytes | None] | None = None,
 ) -> tuple[bool, str] | None:
     """(ok, reason) for ``backend`` on this graph, from the disk or from the trial child; None: cannot isolate it.
-    ``program``: the ``ExportedProgram`` of a ``torchmux.export`` (its trial also saves and loads back)."""
+    ``program``: for a ``torchmux.export``, the bytes of its ``ExportedProgram`` when called (None: it does
+    not save); its trial also saves and loads back what it built."""
     key = _key(ir, signature, backend, mode, program is not None)
     if (old := remembered(key)) is not None:
         return old["ok"], old["reason"]
@@ -178,13 +180,13 @@ def _ask_child(
     mode: str | None,
     options: dict[str, Any],
     deadline: float,
-    program: Any = None,
+    program: Callable[[], bytes | None] | None = None,
 ) -> tuple[bool, str] | None:
     fd, path = tempfile.mkstemp(prefix="torchmux-trial-", suffix=".pt")
     os.close(fd)
     try:
         payload = {
-            "program": _program_bytes(program),
+            "program": program() if program is not None else None,
             "gm": ir.gm,
             "kinds": ir.input_kinds,
             "name": ir.name,
@@ -577,7 +579,9 @@ def screen(
     hung. ``where``: the user's line, for the one warning if no trial child can run here. ``structure``
     (verdicts.py): a trial on a graph of the same structure stands for this graph's, and this one's is
     kept for the next. ``program``: ``torchmux.export``'s ``ExportedProgram``; each trial then builds from
-    it as the export will, and saves and loads back what it built, as a package ships it."""
+    it as the export will, and saves and loads back what it built, as a package ships it (the program is
+    saved once for all the trials, and only if one runs)."""
+    saved = functools.cache(functools.partial(_program_bytes, program)) if program is not None else None
     safe, failed = [], []
     for b in candidates:
         if not wanted(b, isolation):
@@ -586,7 +590,7 @@ def screen(
             verdict = (old.ok, old.reason)  # a failed verdict is the runner's to report (it skips the backend)
         else:
             verdict = trial(
-                ir, signature, b, args, mode=mode, options=options(b.name), deadline=deadline, program=program
+                ir, signature, b, args, mode=mode, options=options(b.name), deadline=deadline, program=saved
             )
             if verdict is not None:
                 verdicts.record(structure, b, mode, verdict[0], "" if verdict[0] else verdict[1])
