@@ -214,7 +214,9 @@ def normalize(program: torch.export.ExportedProgram) -> tuple[GraphIR, list[torc
     """The program's IR (Core ATen, weights lifted, linted) and its weights in placeholder order.
 
     Raises :class:`BadArgumentError` for a program that is not inference: one that mutates a buffer
-    (batch norm in training). The new values of inputs the program writes in place (an in-place op on
+    (batch norm in training); effect tokens (the order of ops with side effects, such as the error check
+    of ``torch.inverse``) are no state and are removed as torch's own pass removes them. The new values of
+    inputs the program writes in place (an in-place op on
     an argument) are left out of the IR's outputs: a backend's graph returns values and leaves the
     caller's tensors as they were."""
     ir, weights, _ = _normalize(program)
@@ -226,6 +228,15 @@ def _normalize(program: torch.export.ExportedProgram) -> tuple[GraphIR, list[tor
     from torch.export.graph_signature import OutputKind
 
     decomposed = program.run_decompositions()
+    if any(
+        s.kind.name == "TOKEN"
+        for s in [*decomposed.graph_signature.input_specs, *decomposed.graph_signature.output_specs]
+    ):
+        # effect tokens order ops with side effects (torch.inverse's error check): no state a call keeps.
+        # torch's own pass puts those ops back in place, in order, without the tokens
+        from torch.export._remove_effect_tokens_pass import _remove_effect_tokens
+
+        decomposed = _remove_effect_tokens(decomposed)
     signature = decomposed.graph_signature
     mutating = [
         o for o in signature.output_specs if o.kind not in (OutputKind.USER_OUTPUT, OutputKind.USER_INPUT_MUTATION)

@@ -904,3 +904,26 @@ def test_an_onnx_package_of_a_squeeze_that_squeezes_nothing_loads() -> None:
     assert exported.backend == "onnxruntime", [str(w.message)[:300] for w in caught]
     with torch.no_grad():
         torch.testing.assert_close(exported(*args), model(*args))
+
+
+class _Homography(torch.nn.Module):
+    """A homography from four point pairs (ParityBench: ignacio_rocco_cnngeometric_pytorch), reduced: its
+    ``torch.inverse`` exports with an effect token (the error check's ordering), which is no state."""
+
+    def forward(self, theta: torch.Tensor) -> torch.Tensor:
+        a = theta.view(-1, 8, 8) + torch.eye(8) * 4
+        return torch.bmm(torch.inverse(a), a[:, :, :1]).squeeze(2)
+
+
+def test_a_program_whose_ops_carry_effect_tokens_exports_and_loads(tmp_path) -> None:
+    """torch.export takes it whole (non-strict); so does torchmux.export, tokens removed as torch's own pass
+    does, and the package answers as eager does in another load."""
+    model, x = _Homography().eval(), torch.randn(2, 64)
+    assert any(
+        s.kind.name == "TOKEN"
+        for s in torch.export.export(model, (x,)).run_decompositions().graph_signature.output_specs
+    )
+    exported = torchmux.export(model, (x,), backend="eager")
+    loaded = torchmux.load(exported.save(tmp_path / "homography.tmux"))
+    y = torch.randn(2, 64)
+    torch.testing.assert_close(loaded(y), model(y))
