@@ -15,7 +15,12 @@ the last lines its child wrote).
   as the docs show, then ``aoti_load_package`` and two calls;
 - ``no_grad``: the same with the export and compile under ``torch.no_grad()`` (what the bench does);
 - ``constants_outside``: ``aot_inductor.package_constants_in_so=False`` and the weights handed over with
-  ``load_constants`` (what torchmux's ``inductor`` backend does).
+  ``load_constants`` (what torchmux's ``inductor`` backend does);
+- ``torchmux_inductor`` / ``torchmux_auto``: ``torchmux.export(model, args, backend="inductor" / "auto")``
+  under ``torch.no_grad()``, each candidate tried in the trial child first (a crash there is a plan row,
+  printed), then saved, loaded back and called. On the H200 (torch 2.11, 2026-11-27) the named ``inductor``
+  export's child died in ``aoti_load_package`` on every model tried while the same libraries loaded under
+  ``auto`` in the bench: these two variants, on one model in one run, say whether the name alone decides.
 
 On a CPU it runs the same steps (they pass here: a regression check of the script, not of the crash).
 """
@@ -29,9 +34,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-VARIANTS = ("docs", "no_grad", "constants_outside")
+VARIANTS = ("docs", "no_grad", "constants_outside", "torchmux_inductor", "torchmux_auto")
 #: lines of a failing child's log printed under its summary line (a crash's stacks)
 TAIL_LINES = 60
 
@@ -49,6 +56,9 @@ def _child(variant: str, model_name: str, device: str) -> None:
 
     model, args = build(model_name, 8)
     model, args = model.to(device), tuple(a.to(device) for a in args)
+    if variant.startswith("torchmux_"):
+        _torchmux(variant.removeprefix("torchmux_"), model, args, step)
+        return
     path = os.path.join(tempfile.mkdtemp(prefix="torchmux-aoti-probe-"), "model.pt2")
     configs = {"aot_inductor.package_constants_in_so": False} if variant == "constants_outside" else {}
     quiet = torch.no_grad() if variant != "docs" else contextlib.nullcontext()
@@ -71,6 +81,26 @@ def _child(variant: str, model_name: str, device: str) -> None:
             torch.cuda.synchronize()
         got = out[0] if isinstance(out, (list, tuple)) else out
         step(f"call {k + 1} done, max |diff| against eager {float((got - ref).abs().max()):.3g}")
+    step("ok")
+
+
+def _torchmux(backend: str, model: Any, args: tuple, step: Callable[[str], None]) -> None:
+    import torch
+
+    import torchmux
+
+    with torch.no_grad():
+        step(f"torchmux.export(backend={backend!r})")
+        exported = torchmux.export(model, args, backend=backend)
+        for c in exported.plan["candidates"]:
+            step(f"candidate {c['backend']}: " + ("ok" if c["ok"] else f"failed ({c['reason']})"))
+        path = exported.save(os.path.join(tempfile.mkdtemp(prefix="torchmux-aoti-probe-"), "model.tmux"))
+        step(f"torchmux.load ({exported.backend})")
+        loaded = torchmux.load(path)
+        for k in range(2):
+            got, ref = loaded(*args), model(*args)
+            got, ref = (got[0], ref[0]) if isinstance(got, (list, tuple)) else (got, ref)
+            step(f"call {k + 1} on {loaded.backend}, max |diff| against eager {float((got - ref).abs().max()):.3g}")
     step("ok")
 
 

@@ -21,7 +21,7 @@ STEPS=${STEPS:-bandwidth bench tests aoti}
 # aoti: AOTInductor as its docs show, each variant in a child with faulthandler (bench/scripts/aoti_probe.py):
 # where the bench's `aoti` system dies of SIGSEGV on CUDA; AOTI_SECONDS is each variant's limit
 AOTI_SECONDS=${AOTI_SECONDS:-100}
-AOTI_VARIANTS=${AOTI_VARIANTS:-docs,no_grad,constants_outside}
+AOTI_VARIANTS=${AOTI_VARIANTS:-torchmux_inductor,torchmux_auto,constants_outside}
 BATCH=${BATCH:-1,8}
 DEVICE=${DEVICE:-cuda}
 # each system timed in a process of its own: one that crashes (AOTInductor as its docs show died of SIGSEGV on

@@ -552,3 +552,17 @@ def test_aoti_probe_runs_the_docs_steps_to_the_end_on_a_cpu(tmp_path: Path) -> N
     assert "step: load_constants" in log and "step: ok" in log
     diffs = [float(line.rsplit(" ", 1)[1]) for line in log.splitlines() if "max |diff|" in line]
     assert len(diffs) == 2 and max(diffs) < 1e-4
+
+
+@pytest.mark.slow
+def test_aoti_probe_exports_through_torchmux_naming_each_candidate(tmp_path: Path) -> None:
+    """The probe's torchmux variants: a real ``torchmux.export`` of the zoo's MLP, each candidate's row of
+    the plan printed as a step (where a GPU child dies, its crash site is there), then the package saved,
+    loaded back and called twice within float rounding of eager."""
+    from torchmux.bench.scripts import aoti_probe
+
+    assert aoti_probe.main(["--device", "cpu", "--variants", "torchmux_inductor", "--out", str(tmp_path)]) == 0
+    log = (tmp_path / "aoti-torchmux_inductor.txt").read_text()
+    assert "step: candidate inductor: ok" in log and "step: torchmux.load (inductor)" in log, log[-2000:]
+    diffs = [float(line.rsplit(" ", 1)[1]) for line in log.splitlines() if "max |diff|" in line]
+    assert len(diffs) == 2 and max(diffs) < 1e-4 and "step: ok" in log
