@@ -535,10 +535,7 @@ class LoadedModel(_Call):
         built, here = self.manifest.get("torch"), torch.__version__
         if built != here:
             return f"native code built for torch {built}, this is {here}"
-        theirs, ours = self.manifest.get("machine", {}), pkg.machine_kind(self.plan["device"])
-        if theirs.get("arch") != ours["arch"] or theirs.get("os") != ours["os"]:
-            return f"native code built for {theirs.get('os')}/{theirs.get('arch')}, this is {ours['os']}/{ours['arch']}"
-        return None
+        return pkg.foreign_native_code(self.manifest.get("machine", {}), pkg.machine_kind(self.plan["device"]))
 
     def _request(self, b: Backend, folder: str, recorded: bool = False) -> LoadRequest:
         files = {m[len(folder) :]: self.reader.read(m) for m in self.reader.names(folder) if m != folder + "meta.json"}

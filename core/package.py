@@ -60,6 +60,7 @@ import torch
 from . import settings
 from .backend import Backend, CompileRequest, LoadRequest, SavedGraph
 from .errors import TorchmuxError
+from .machine import cpu_model, isa_extensions
 
 __all__ = [
     "FORMAT",
@@ -67,6 +68,7 @@ __all__ = [
     "PackageError",
     "PackageReader",
     "machine_kind",
+    "foreign_native_code",
     "constant_inputs",
     "program_runner",
     "writes_in_place",
@@ -320,22 +322,40 @@ def _signature(key: bytes, name: str, digest: str) -> str:
     return hmac.new(key, f"{name}\0{digest}".encode(), hashlib.sha256).hexdigest()
 
 
-def machine_kind(device: str) -> dict[str, str]:
-    """What a package records of the machine it was tuned on (and what a loader compares)."""
-    kind = {"os": platform.system(), "arch": platform.machine(), "processor": _cpu_name(), "device": device}
+def machine_kind(device: str) -> dict[str, Any]:
+    """What a package records of the machine it was tuned on (and what a loader compares): the OS, the
+    architecture, the CPU model and its instruction-set extensions (native code may use each), and on
+    CUDA the GPU and its compute capability (the architecture its kernels were built for)."""
+    kind: dict[str, Any] = {"os": platform.system(), "arch": platform.machine(), "processor": cpu_model()}
+    kind["device"] = device
+    isa = isa_extensions()
+    if isa is not None:
+        kind["isa"] = sorted(isa)
     if device == "cuda" and torch.cuda.is_available():
         kind["device_name"] = torch.cuda.get_device_name()
+        kind["capability"] = "{}.{}".format(*torch.cuda.get_device_capability())
     return kind
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+def foreign_native_code(theirs: Mapping[str, Any], ours: Mapping[str, Any]) -> str | None:
+    """Why native code built on the machine ``theirs`` (a package's :func:`machine_kind`) must not run on
+    ``ours``, or None: another OS or architecture, a CPU extension it may use that this CPU lacks (SIGILL
+    at the first call), kernels for another GPU architecture. A package written before a field was
+    recorded is judged on the fields it has."""
+    if theirs.get("arch") != ours["arch"] or theirs.get("os") != ours["os"]:
+        return f"native code built for {theirs.get('os')}/{theirs.get('arch')}, this is {ours['os']}/{ours['arch']}"
+    lacking = sorted(set(theirs.get("isa") or ()) - set(ours.get("isa", theirs.get("isa")) or ()))
+    if lacking:
+        return (
+            f"native code built on a CPU with {', '.join(lacking)} ({theirs.get('processor')}), "
+            f"which this CPU ({ours.get('processor')}) lacks"
+        )
+    if theirs.get("capability") and ours.get("capability") and theirs["capability"] != ours["capability"]:
+        return (
+            f"native code built for CUDA compute capability {theirs['capability']} ({theirs.get('device_name')}), "
+            f"this GPU ({ours.get('device_name')}) is {ours['capability']}"
+        )
+    return None
 
 
 def write_package(path: str | Path, members: Mapping[str, bytes], *, native: set[str], info: Mapping[str, Any]) -> Path:

@@ -537,6 +537,40 @@ def test_aoti_package_signed_and_a_planted_library_is_not_loaded(mlp, tmp_path) 
         torch.testing.assert_close(m(*args), model(*args), rtol=1e-4, atol=1e-4)
 
 
+def test_native_code_from_a_cpu_with_an_extension_this_one_lacks_is_rebuilt(mlp, tmp_path) -> None:
+    """A package records the CPU extensions of the machine its native code was built on; loaded where one
+    is missing (an AVX-512 or AMX library on an older CPU would die of SIGILL at its first call), that code
+    is not run: the backend is rebuilt from the program, and the warning names the extension. Here the
+    package is this machine's with one extension this CPU lacks added to its record, as a package built on
+    a newer CPU has it."""
+    from torchmux.core.machine import ISA_EXTENSIONS, isa_extensions
+
+    here = isa_extensions()
+    if here is None:
+        pytest.skip("this OS does not say which extensions its CPU has (/proc/cpuinfo)")
+    lacking = sorted(ISA_EXTENSIONS - here)[0]
+    model, args = mlp
+    exported = torchmux.export(model, args, backend="inductor")
+    assert exported.backend == "inductor"
+    reader = PackageReader(exported.save(tmp_path / "mlp-aoti.tmux"))
+    assert set(reader.manifest["machine"]["isa"]) == set(here)
+    manifest = json.loads(json.dumps(reader.manifest))
+    manifest["machine"]["isa"].append(lacking)
+    newer = tmp_path / "from-a-newer-cpu.tmux"
+    with zipfile.ZipFile(newer, "w") as z:
+        z.writestr("manifest.json", json.dumps(manifest))
+        for n in reader.names():
+            z.writestr(n, reader.read(n))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m = torchmux.load(newer)
+    text = " ".join(str(w.message) for w in caught if issubclass(w.category, torchmux.TorchmuxFallbackWarning))
+    assert m.backend == "inductor" and "rebuilt from the program" in text, text
+    assert f"built on a CPU with {lacking}" in text and "which this CPU" in text, text
+    with torch.no_grad():
+        torch.testing.assert_close(m(*args), model(*args), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.slow
 def test_tvm_package_with_a_dynamic_batch_holds_one_symbolic_library(tmp_path) -> None:
     """TVM's library built with Relax's symbolic shapes covers the declared range: the package holds it
