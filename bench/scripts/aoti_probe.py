@@ -104,6 +104,15 @@ def _torchmux(backend: str, model: Any, args: tuple, step: Callable[[str], None]
     step("ok")
 
 
+def _print_unfinished(folder: Path, variant: str) -> None:
+    """The last lines of the loader's trace of each process of ``variant`` that never reached its exit."""
+    for trace in sorted(folder.glob(f"ld-{variant}.*")):
+        lines = [line for line in trace.read_text(errors="replace").splitlines() if line.partition(":")[2].strip()]
+        if lines and not any("calling fini" in line for line in lines[-200:]):
+            print(f"    {trace.name} (no exit):")
+            print("".join(f"      {line.strip()}\n" for line in lines[-12:]))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="mlp")
@@ -111,6 +120,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("aoti-probe"))
     p.add_argument("--seconds", type=float, default=150.0, help="each variant's limit")
     p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument(
+        "--ld-debug",
+        action="store_true",
+        help="run each variant (and the processes it starts) with the dynamic loader's trace (LD_DEBUG=files): "
+        "under a process that did not exit (no 'calling fini'), its last lines: whether it died opening or "
+        "initializing a library (the AOTInductor library's path is a temporary folder's), or after",
+    )
     p.add_argument("--child", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
@@ -126,7 +142,10 @@ def main(argv: list[str] | None = None) -> int:
         cmd += ["--child", variant, "--model", a.model, "--device", a.device]
         t0 = time.perf_counter()
         with open(log, "w") as f:
-            child = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT)
+            env = dict(os.environ)
+            if a.ld_debug:
+                env.update(LD_DEBUG="files", LD_DEBUG_OUTPUT=str(a.out / f"ld-{variant}"))
+            child = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
             try:
                 rc = child.wait(timeout=a.seconds)
                 how = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit status {rc}"
@@ -140,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{variant}: {how} after {time.perf_counter() - t0:.1f} s; last step: {steps[-1] if steps else 'none'}")
         if rc:  # what the child said last: faulthandler's stacks, the exception
             print("".join(f"    {line}\n" for line in log.read_text().splitlines()[-TAIL_LINES:]))
+        if a.ld_debug:
+            _print_unfinished(a.out, variant)
         worst = worst or rc
     return 0 if worst == 0 else 1
 

@@ -4,7 +4,7 @@
 # installed (nothing is fetched): logs go to $OUT (default ./gpu-out), one file per step, and the bench's
 # folder as bench.tar.gz. Each step has its own time limit so that one that hangs leaves the others.
 #
-#   OUT=/tmp/gpu [STEPS="bandwidth bench tests aoti"] [AOTI_VARIANTS=docs,no_grad,constants_outside] [SYSTEMS=...] [BATCH=1,8] [DEVICE=cuda] [LATENCY=per-system] bash bench/scripts/gpu_checks.sh [tests-seconds] [bench-seconds] [bench models]
+#   OUT=/tmp/gpu [STEPS="bandwidth bench tests aoti"] [AOTI_VARIANTS=torchmux_inductor,torchmux_auto,constants_outside] [AOTI_FLAGS=--ld-debug] [SYSTEMS=...] [BATCH=1,8] [DEVICE=cuda] [LATENCY=per-system] bash bench/scripts/gpu_checks.sh [tests-seconds] [bench-seconds] [bench models]
 #
 # Each failing test is written to $OUT/fails.txt as it fails (tests/conftest.py, TORCHMUX_FAIL_LOG).
 # At most eight files come back from a device call: steps, env, bandwidth, tests, fails, bench.txt,
@@ -22,6 +22,7 @@ STEPS=${STEPS:-bandwidth bench tests aoti}
 # where the bench's `aoti` system dies of SIGSEGV on CUDA; AOTI_SECONDS is each variant's limit
 AOTI_SECONDS=${AOTI_SECONDS:-100}
 AOTI_VARIANTS=${AOTI_VARIANTS:-torchmux_inductor,torchmux_auto,constants_outside}
+AOTI_FLAGS=${AOTI_FLAGS:---ld-debug}
 BATCH=${BATCH:-1,8}
 DEVICE=${DEVICE:-cuda}
 # each system timed in a process of its own: one that crashes (AOTInductor as its docs show died of SIGSEGV on
@@ -57,7 +58,7 @@ case " $STEPS " in *" aoti "*)
 step aoti_probe
 # beside the tests (neither is timed): the probe's compiles take minutes on their own
 $PY -m torchmux.bench.scripts.aoti_probe --device "$DEVICE" --out "${TMPDIR:-/tmp}/aoti-probe" --seconds "$AOTI_SECONDS" \
-    --variants "$AOTI_VARIANTS" >"$OUT/aoti.txt" 2>&1 &
+    --variants "$AOTI_VARIANTS" $AOTI_FLAGS >"$OUT/aoti.txt" 2>&1 &
 AOTI_PID=$! ;;
 esac
 case " $STEPS " in *" tests "*)

@@ -566,3 +566,21 @@ def test_aoti_probe_exports_through_torchmux_naming_each_candidate(tmp_path: Pat
     assert "step: candidate inductor: ok" in log and "step: torchmux.load (inductor)" in log, log[-2000:]
     diffs = [float(line.rsplit(" ", 1)[1]) for line in log.splitlines() if "max |diff|" in line]
     assert len(diffs) == 2 and max(diffs) < 1e-4 and "step: ok" in log
+
+
+def test_aoti_probe_prints_the_loader_trace_of_a_process_that_died(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """``--ld-debug``: the dynamic loader's trace of a process killed by SIGSEGV (no 'calling fini' at its
+    end) is printed, its last lines the libraries it had opened; one that exited is not."""
+    import os
+    import subprocess
+    import sys
+
+    from torchmux.bench.scripts.aoti_probe import _print_unfinished
+
+    env = {**os.environ, "LD_DEBUG": "files", "LD_DEBUG_OUTPUT": str(tmp_path / "ld-v")}
+    died = subprocess.run([sys.executable, "-c", "import ctypes; ctypes.string_at(0)"], env=env, check=False)
+    lived = subprocess.run([sys.executable, "-c", "import ctypes"], env=env, check=False)
+    assert died.returncode == -11 and lived.returncode == 0
+    _print_unfinished(tmp_path, "v")
+    out = capsys.readouterr().out
+    assert out.count("(no exit)") == 1 and "_ctypes" in out, out
