@@ -18,6 +18,14 @@ Dynamo cannot finish the frame with (the whole frame then runs eagerly). :func:`
 such a call ``runtime.size_prod(note, <shape>, <np.array?>)``: while Dynamo traces a shape (a
 ``torch.Size``, or a tuple or list of ints), the product of its sizes as Python computes it (an int,
 symbolic where a size is); NumPy's call as written otherwise (an ``np.int64``, or ``1.0`` for no sizes).
+
+``np.mgrid[-r:r + 1, -r:r + 1]``, ``np.ogrid[0:h, 0:w]``: NumPy's index grids (a Gaussian window's
+coordinates, an SSIM loss's or a Laplacian pyramid's kernel built in ``forward``). Dynamo skips NumPy's
+``nd_grid.__getitem__``, a break before the arithmetic it otherwise traces as tensor ops; the same grid
+is ``np.arange`` per axis joined by ``np.meshgrid(..., indexing="ij")``, which it traces.
+:func:`numpy_grids` makes such a subscript (slices only) ``runtime.grid(note, <grid>, ((start, stop,
+step), ...), <a tuple?>)``: while Dynamo traces and every bound is a Python number, that construction
+(a complex step, NumPy's "this many points", is ``np.linspace``); the subscript as written otherwise.
 """
 
 from __future__ import annotations
@@ -37,8 +45,10 @@ try:
 
     _NP_PROD: Any = numpy.prod
     _NP_ARRAY: Any = numpy.array
-except ImportError:  # no NumPy: no np.prod to find
+    _NP_GRIDS: tuple[Any, ...] = (numpy.mgrid, numpy.ogrid)
+except ImportError:  # no NumPy: no np.prod or np.mgrid to find
     _NP_PROD = _NP_ARRAY = object()
+    _NP_GRIDS = ()
 
 
 def own_statements(body: list[ast.stmt]) -> list[ast.stmt]:
@@ -140,6 +150,33 @@ def size_products(fdef: ast.FunctionDef, ctx: Context) -> None:
             ast.copy_location(ast.Attribute(ast.Name(RT, ast.Load()), "size_prod", ast.Load()), call), call
         )
         call.args = [located(ast.Constant(note), call), value, located(ast.Constant(array), call)]
+
+
+def numpy_grids(fdef: ast.FunctionDef, ctx: Context) -> None:
+    """``np.mgrid[<slices>]`` / ``np.ogrid[<slices>]`` ->
+    ``runtime.grid(note, <grid>, ((start, stop, step), ...), <a tuple?>, <ogrid?>)``."""
+
+    class Grids(ast.NodeTransformer):
+        def visit_Subscript(self, node: ast.Subscript) -> ast.expr:
+            self.generic_visit(node)
+            grid = ctx.resolve(node.value)
+            parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            slices = [p for p in parts if isinstance(p, ast.Slice)]
+            if not any(grid is g for g in _NP_GRIDS) or len(slices) != len(parts):
+                return node
+            sparse = grid is not _NP_GRIDS[0]
+            name = "np.ogrid" if sparse else "np.mgrid"
+            note = ctx.note(node, f"{name}[...] -> np.arange and np.meshgrid, which Dynamo traces")
+            bounds: list[ast.expr] = [
+                ast.Tuple([b if b is not None else ast.Constant(None) for b in (p.lower, p.upper, p.step)], ast.Load())
+                for p in slices
+            ]
+            several = isinstance(node.slice, ast.Tuple)
+            args = [ast.Constant(note), node.value, ast.Tuple(bounds, ast.Load()), ast.Constant(several)]
+            call = rt_call("grid", *args, ast.Constant(sparse))
+            return located(ast.copy_location(call, node), node)
+
+    Grids().visit(fdef)
 
 
 def _one_argument(call: ast.Call) -> bool:

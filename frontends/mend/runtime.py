@@ -220,6 +220,34 @@ def size_prod(note: int, value: Any, array: bool) -> Any:
     return _np.prod(_np.array(value)) if array else _np.prod(value)
 
 
+def grid(note: int, nd_grid: Any, bounds: tuple[tuple[Any, Any, Any], ...], several: bool, sparse: bool) -> Any:
+    """``nd_grid[s0, s1, ...]`` (``np.mgrid``, or ``np.ogrid`` with ``sparse``; ``bounds`` each slice's
+    start, stop, step; ``several``: the key was a tuple) (:mod:`.items`): while Dynamo traces and every
+    bound is a Python number, the same grid from ``np.arange`` (``np.linspace`` for NumPy's complex step, a
+    number of points, the stop included) and ``np.meshgrid(..., indexing="ij")``, which it traces; the
+    subscript as written otherwise."""
+    numbers = all(
+        (b is None and i != 1) or type(b) in (int, float, complex) for part in bounds for i, b in enumerate(part)
+    )
+    if not (torch.compiler.is_compiling() and numbers):
+        key = tuple(slice(*part) for part in bounds)
+        return nd_grid[key if several else key[0]]
+    fired(note)
+    axes = []
+    floats = any(type(b) in (float, complex) for part in bounds for b in part)  # NumPy's grid: float throughout
+    for start, stop, step in bounds:
+        start = 0 if start is None else start
+        if isinstance(step, complex):
+            axes.append(_np.linspace(start, stop, int(abs(step))))
+        else:
+            axes.append(_np.arange(float(start) if floats else start, stop, 1 if step is None else step))
+    if not several:
+        return axes[0]
+    if sparse:
+        return tuple(_np.meshgrid(*axes, indexing="ij", sparse=True))
+    return _np.stack(_np.meshgrid(*axes, indexing="ij"))
+
+
 def size_in(v: Any) -> Any:
     """A torch.Size as a tensor, so it can leave the graph with a deferred log (``torch.Size`` cannot)."""
     return torch.tensor(list(v), dtype=torch.int64) if isinstance(v, torch.Size) else v

@@ -29,7 +29,7 @@ from .branches import BranchRules
 from .checks import CheckRules
 from .effects import defer
 from .expressions import conditional_expressions
-from .items import drawn_range, item_for_logging, reads_item, size_products
+from .items import drawn_range, item_for_logging, numpy_grids, reads_item, size_products
 from .legacy import legacy_variables
 from .loops import LoopRules
 
@@ -56,6 +56,7 @@ def rewrite(fdef: ast.FunctionDef, ctx: Context) -> int:
     legacy_variables(fdef, ctx)
     conditional_expressions(fdef, ctx)
     size_products(fdef, ctx)
+    numpy_grids(fdef, ctx)
     block.converted = item_for_logging(fdef, ctx, block)
     fdef.body = block.stmts(fdef.body, set(params), top=True)
     return len(ctx.notes)

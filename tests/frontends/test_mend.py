@@ -1117,3 +1117,53 @@ def test_what_no_rewrite_can_take_is_named_with_what_to_change() -> None:
     calibrated = explain(_Calibrated(), torch.randn(4, 4))
     reasons = calibrated.break_reasons + calibrated.not_captured
     assert any("calibration" in r.advice for r in reasons), str(calibrated)
+
+
+def _fspecial_gauss(size: int, sigma: float) -> torch.Tensor:
+    """The Gaussian window SSIM and MS-SSIM code builds with NumPy (a widely copied ``_fspecial_gauss``)."""
+    x, y = np.mgrid[-size // 2 + 1 : size // 2 + 1, -size // 2 + 1 : size // 2 + 1]
+    g = np.exp(-((x**2 + y**2) / (2.0 * sigma**2)))
+    return torch.from_numpy(g / g.sum()).float()
+
+
+class _GaussianGrids(torch.nn.Module):
+    """Index grids built in ``forward`` from Python numbers: ``np.mgrid`` with int, float and complex
+    (a count of points) steps, ``np.ogrid``, one slice and several (ParityBench: tneumann_minimal_glo's
+    Laplacian pyramid loss builds its kernel from ``np.mgrid`` at each call)."""
+
+    def forward(self, img: torch.Tensor) -> torch.Tensor:
+        window = _fspecial_gauss(5, 1.5)[None, None].expand(img.shape[1], 1, 5, 5)
+        out = torch.nn.functional.conv2d(img, window, padding=2, groups=img.shape[1])
+        ramp = torch.from_numpy(np.mgrid[0.0:1.0:0.25]).float()  # a float step: 4 points
+        edge = torch.from_numpy(np.mgrid[0:1:4j, 0:2]).float()  # a count of points, the stop included
+        rows, cols = np.ogrid[0:3, 0:4]
+        table = torch.from_numpy(rows * 4 + cols).float()
+        return torch.cat([out.flatten(), ramp, edge.flatten(), table.flatten()])  # each grid, element by element
+
+
+def test_numpy_index_grids_are_built_by_what_dynamo_traces() -> None:
+    """``np.mgrid`` / ``np.ogrid`` subscripts (Dynamo skips NumPy's ``nd_grid.__getitem__``: a break) are
+    rebuilt from ``np.arange``/``np.linspace`` and ``np.meshgrid`` while Dynamo traces: one graph, eager's
+    answer; outside a trace the runtime returns NumPy's own grid, the same values and dtypes."""
+    from torchmux.frontends.mend import runtime as rt
+
+    model, img = _GaussianGrids(), torch.randn(2, 3, 16, 16)
+    torch._dynamo.reset()
+    plain = torch._dynamo.explain(model)(img)
+    assert plain.graph_break_count >= 1, plain  # Dynamo alone, the code as written
+    report = explain(model, img)
+    assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
+    assert sum("grid[...] -> np.arange and np.meshgrid" in r for r in report.rewrites) == 4, report.rewrites
+    torch.testing.assert_close(compiled(model)(img), model(img), rtol=1e-5, atol=1e-5)
+    for bounds, several, sparse in [
+        (((-2, 3, None), (-2, 3, None)), True, False),
+        (((0.0, 1.0, 0.25),), False, False),
+        (((0, 1, 4j), (0, 2, None)), True, False),
+        (((0, 3, None), (0, 4, None)), True, True),
+    ]:
+        grid = np.ogrid if sparse else np.mgrid
+        key = tuple(slice(*b) for b in bounds)
+        want = grid[key if several else key[0]]
+        got = rt.grid(0, grid, bounds, several, sparse)
+        for w, g in zip(want if sparse else [want], got if sparse else [got]):
+            assert w.dtype == g.dtype and np.array_equal(w, g)
