@@ -12,9 +12,10 @@ whose class is exactly one of the three, :func:`install` binds :func:`forward` t
   projection of all steps in one ``matmul`` per layer and direction, then one small step per time
   step), with their gradients, which every backend can take; a graph run as Dynamo captured it runs
   the module's own kernel (:func:`_autograd` picks);
-- while Dynamo traces an unsupported call (a ``PackedSequence``, a long sequence), the class's own
-  ``forward`` is traced: its graph holds a ``torch.lstm``-like call, which the capture frontend runs as
-  Dynamo captured it, eagerly, and explain names (``frontends/dynamo.py``);
+- while Dynamo traces an unsupported call (a long sequence), the class's own ``forward`` is traced: its
+  graph holds a ``torch.lstm``-like call, which the capture frontend runs as Dynamo captured it, eagerly,
+  and explain names (``frontends/dynamo.py``); a call on a ``PackedSequence`` (batch sizes that are data)
+  is not traced at all: a break at the call, as Dynamo alone gives;
 - outside Dynamo the class's own ``forward`` runs (cuDNN and all), so eager results are untouched.
 
 :mod:`.switches` turns ``allow_rnn`` on so that Dynamo reaches this forward; a ``torch.lstm`` call that
@@ -58,6 +59,8 @@ def forward(self: nn.RNNBase, input: Any, hx: Any = None) -> Any:
     """The module's forward: written out while Dynamo traces a supported call, the class's otherwise."""
     if not torch.compiler.is_compiling():
         return type(self).forward(self, input, hx)
+    if isinstance(input, nn.utils.rnn.PackedSequence):
+        return _packed(self, input, hx)
     if not _supported(self, input):  # traced as torch.lstm/gru: frontends/dynamo.py runs that graph eagerly
         return type(self).forward(self, input, hx)
     rt.fired(self._torchmux_rnn_note)  # type: ignore[arg-type]  # an int set by install()
@@ -68,6 +71,15 @@ def forward(self: nn.RNNBase, input: Any, hx: Any = None) -> Any:
     dirs = 2 if self.bidirectional else 1
     out = _OP(input, states, params, kind, self.num_layers, dirs, self.batch_first, self.bias)
     return (out[0], (out[1], out[2])) if lstm else (out[0], out[1])
+
+
+@torch.compiler.disable
+def _packed(self: nn.RNNBase, input: Any, hx: Any) -> Any:
+    """A call on a ``PackedSequence``, run as the class runs it and never traced: its recurrence reads the
+    batch sizes, which are data (Dynamo, tracing the class's forward, meets that deep inside ``_VF.lstm``
+    and gives up after tracing the way there, which cost DeepSpeech's ``BatchRNN`` twice Dynamo's capture
+    time; Dynamo left to itself refuses the module at once). A break at the call, as under Dynamo."""
+    return type(self).forward(self, input, hx)
 
 
 forward._torchmux_mended_from = nn.RNNBase.forward  # type: ignore[attr-defined]  # mended() restores it

@@ -141,6 +141,37 @@ def test_rnn_outside_dynamo_runs_the_class_forward_and_packed_input_runs_eagerly
     torch.testing.assert_close(compiled(packed)(x, lengths), packed(x, lengths))
 
 
+def test_rnn_on_a_packed_sequence_is_called_untraced_as_dynamo_leaves_it() -> None:
+    """DeepSpeech's ``BatchRNN`` (ParityBench's eighth sample): an LSTM fed a ``PackedSequence``, whose batch
+    sizes are data. Tracing the class's forward under ``allow_rnn`` got deep into ``_VF.lstm`` before giving
+    up (twice Dynamo's capture time); now the call is not traced at all (a ``torch.compiler.disable``d call),
+    no more breaks than Dynamo alone gives, eager's answer."""
+    import torch._dynamo.utils as dynamo_utils
+    from torch.nn.utils.rnn import pad_packed_sequence
+
+    class Speech(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bn = nn.BatchNorm1d(4)
+            self.rnn = nn.LSTM(4, 4)
+
+        def forward(self, x, lengths):
+            t, n = x.shape[:2]
+            x = pack_padded_sequence(self.bn(x.view(t * n, -1)).view(t, n, -1), lengths)
+            x, _ = self.rnn(x)
+            return pad_packed_sequence(x)[0]
+
+    torch.manual_seed(0)
+    model, x, lengths = Speech().eval(), torch.rand(4, 4, 4), torch.tensor([4, 3, 2, 2])
+    torch._dynamo.reset()
+    plain = torch._dynamo.explain(model)(x, lengths)
+    dynamo_utils.counters.clear()
+    report = explain(model, x, lengths)
+    assert report.graph_break_count <= len(plain.break_reasons), (str(report), plain.break_reasons)
+    assert any("disable()`d function" in k for k in dynamo_utils.counters["graph_break"]), dynamo_utils.counters
+    torch.testing.assert_close(compiled(model)(x, lengths), model(x, lengths))
+
+
 def test_rnn_longer_than_the_step_limit_is_a_graph_run_eagerly(monkeypatch) -> None:
     from torchmux.frontends.mend import rnn
 
