@@ -683,6 +683,17 @@ def _program_inputs(program: torch.export.ExportedProgram) -> list[torch.Tensor]
     return out
 
 
+def _machine_code_needs(machine: Mapping[str, Any]) -> str:
+    """The part of the machine record native code depends on (``pkg.foreign_native_code``), for inspect."""
+    isa = machine.get("isa") or []
+    wide = [e for e in isa if e.startswith(("avx512", "amx", "sve"))]
+    cpu = f"; CPU extensions {len(isa)}" + (
+        f" ({', '.join(wide[:4])}{', ...' if len(wide) > 4 else ''})" if wide else ""
+    )
+    gpu = f"; {machine['device_name']}, compute capability {machine['capability']}" if machine.get("capability") else ""
+    return (cpu if isa else "") + gpu
+
+
 def inspect_package(path: str | Path) -> str:
     """What ``torchmux package inspect`` prints: members and sizes, the plan, versions, the machine."""
     reader = pkg.PackageReader(path)
@@ -692,7 +703,8 @@ def inspect_package(path: str | Path) -> str:
         f"  built with torchmux {m.get('torchmux')} (this is {__version__}), torch {m.get('torch')}, "
         f"python {m.get('python')}, {m.get('created', '')}",
         f"  tuned on: {m.get('machine', {}).get('processor', '?')} ({m.get('machine', {}).get('arch', '?')}, "
-        f"{m.get('machine', {}).get('os', '?')}), device {plan['device']}, {plan['threads']} thread(s)",
+        f"{m.get('machine', {}).get('os', '?')}), device {plan['device']}, {plan['threads']} thread(s)"
+        + _machine_code_needs(m.get("machine", {})),
         f"  graph: {plan['graph']['name']}, {plan['graph']['ops']} ops, fingerprint {plan['graph']['fingerprint'][:16]}; "
         f"capture: {'strict' if plan['capture']['strict'] else 'non-strict'} torch.export"
         + (", after the mend pass" if plan["capture"]["mended"] else ""),

@@ -138,6 +138,8 @@ def test_package_members_and_inspect(mlp_ort) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "chosen: onnxruntime" in out.stdout and "(batch) in [1, 32]" in out.stdout  # the user's Dim name
+    isa = reader.manifest["machine"].get("isa")  # what native code built here may need of a CPU
+    assert isa is None or f"CPU extensions {len(isa)}" in out.stdout, out.stdout
 
 
 def test_program_weights_reads_torch_exports_dtype_numbers() -> None:
