@@ -176,7 +176,7 @@ def _export_mended(
     from .mend import mended, tracing
 
     try:
-        with mended(model) as (target, rewrites):
+        with mended(model, export=True) as (target, rewrites):
             if not rewrites.applied:
                 return [("mend", RuntimeError("the mend pass found nothing it can rewrite"))]
             refusals: list[tuple[str, BaseException]] = []

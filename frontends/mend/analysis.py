@@ -175,6 +175,7 @@ class Context:
     attr_dicts: frozenset[str] = frozenset()  # self.<name> that hold attribute dicts (:mod:`.attrs`)
     data_sized: set[str] = field(default_factory=set)  # names of selections whose size is data
     injected: dict[str, Any] = field(default_factory=dict)  # objects the rewritten code reads by these names
+    export: bool = False  # mended for torch.export (inference only): its own rules apply too
 
     def fresh(self, stem: str) -> str:
         self.counter += 1

@@ -8,6 +8,15 @@ otherwise. ``Variable(t, requires_grad=True)`` makes a new leaf that needs gradi
 return such a tensor from a graph, so it is left as written (one break, as without mending).
 ``.data`` and ``requires_grad_`` inside ``forward`` are traced by Dynamo itself.
 
+``torch.export`` does not trace ``.data``: non-strict export gives a tensor read through it no place in
+the graph and refuses the program ("a fake tensor in the exported program constant's list": a focal
+loss's ``Variable(logpt.data.exp())``). Mended for export (``Context.export``: inference only, where
+``t.detach()`` is ``t.data``: the same values, no autograd), each read ``<e>.data`` becomes
+``_mend_rt.data_of(note, <e>)``: ``e.detach()`` while export traces a tensor, ``e.data`` otherwise (an
+object whose ``data`` is its own attribute, a ``PackedSequence``, keeps it). ``compile()`` never gets this
+rule: under autograd, writes through ``.data`` are not seen by the version counter, and through
+``detach()`` they are.
+
 Pre-0.4 code also makes a fresh state tensor as ``x.data.new().resize_(n, h).fill_(0)`` (an RNN's
 zero hidden state): an empty tensor of ``x``'s dtype and device, resized. Dynamo refuses ``resize_``
 (a break at every such line); ``t.new_empty(size)`` is the same tensor, uninitialized and contiguous
@@ -49,7 +58,7 @@ from typing import Any
 
 import torch
 
-from .analysis import RT, Context, located
+from .analysis import RT, Context, located, rt_call
 
 _VARIABLE = torch.autograd.Variable
 _APPLY = getattr(torch.autograd.Function.apply, "__func__", None)  # the classmethod's function
@@ -77,6 +86,20 @@ def legacy_variables(fdef: ast.FunctionDef, ctx: Context) -> None:
         )
         call.args = [located(ast.Constant(note), call), call.args[0]]
         call.keywords = []
+
+
+def data_reads(fdef: ast.FunctionDef, ctx: Context) -> None:
+    """``<e>.data`` read (not assigned) -> ``_mend_rt.data_of(note, <e>)``, for ``torch.export`` only."""
+
+    class Reads(ast.NodeTransformer):
+        def visit_Attribute(self, node: ast.Attribute) -> ast.expr:
+            self.generic_visit(node)
+            if node.attr != "data" or not isinstance(node.ctx, ast.Load):
+                return node
+            note = ctx.note(node, "x.data -> x.detach() while torch.export traces (inference)")
+            return located(ast.copy_location(rt_call("data_of", ast.Constant(note), node.value), node), node)
+
+    Reads().visit(fdef)
 
 
 def _requires_grad_set(fdef: ast.FunctionDef) -> set[int]:

@@ -45,6 +45,7 @@ import __future__
 
 import ast
 import contextlib
+import contextvars
 import copy
 import functools
 import inspect
@@ -84,8 +85,12 @@ class Mended:
     source: str = ""  # the rewritten function, for reading (:func:`source_of`)
 
 
-_CACHE: weakref.WeakKeyDictionary[Any, dict[tuple[bool, frozenset[str]], Mended]] = weakref.WeakKeyDictionary()
-# fn -> (method?, self.<attribute dicts>) -> result
+_CACHE: weakref.WeakKeyDictionary[Any, dict[tuple[bool, frozenset[str], bool], Mended]] = weakref.WeakKeyDictionary()
+# fn -> (method?, self.<attribute dicts>, for torch.export?) -> result
+
+#: set while :func:`mended` installs code for ``torch.export`` (``frontends/export.py``): the rules that
+#: hold only for an inference trace apply too (``Context.export``)
+_FOR_EXPORT: contextvars.ContextVar[bool] = contextvars.ContextVar("torchmux_mend_for_export", default=False)
 
 
 class Rewrites:
@@ -148,14 +153,20 @@ def _original(fn: types.FunctionType) -> types.FunctionType:
 
 
 @contextlib.contextmanager
-def mended(model: Any, enabled: bool = True) -> Iterator[tuple[Any, Rewrites]]:
-    """``mend`` for one run: the instances get their own methods back afterwards (used by explain)."""
+def mended(model: Any, enabled: bool = True, export: bool = False) -> Iterator[tuple[Any, Rewrites]]:
+    """``mend`` for one run: the instances get their own methods back afterwards (used by explain).
+    ``export``: for ``torch.export`` (inference), with the rules that hold only there."""
     if not enabled:
         yield model, Rewrites([])
         return
     before = _bound_state(model)
     try:
-        yield mend(model)
+        token = _FOR_EXPORT.set(export)
+        try:
+            installed = mend(model)
+        finally:
+            _FOR_EXPORT.reset(token)
+        yield installed
     finally:
         for m, saved in before:
             for name in list(vars(m)):
@@ -266,7 +277,7 @@ def mend_function(
 
     ``attr_dicts``: the ``self.<name>`` that hold attribute dicts on the instance (:mod:`.attrs`)."""
     known = _CACHE.setdefault(fn, {})
-    key = (method, attr_dicts)
+    key = (method, attr_dicts, _FOR_EXPORT.get())
     if key in known:
         return known[key]
     known[key] = Mended(None)  # recursion guard: a function calling itself is followed once
@@ -324,7 +335,7 @@ def _mend(fn: types.FunctionType, method: bool, depth: int, attr_dicts: frozense
     filename = fn.__code__.co_filename
     args = fdef.args.posonlyargs + fdef.args.args
     ctx = Context(filename, fn.__globals__, fn.__name__, args[0].arg if method and args else None)
-    ctx.attr_dicts = attr_dicts
+    ctx.attr_dicts, ctx.export = attr_dicts, _FOR_EXPORT.get()
     pure_calls = None
     if method and fn.__name__ == "forward":
         ctx.locals = {a.arg for a in args} | names_stored(fdef.body)

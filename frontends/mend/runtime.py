@@ -707,6 +707,15 @@ def tracing(note: int) -> bool:
     return False
 
 
+def data_of(note: int, value: Any) -> Any:
+    """``value.data`` (:mod:`.legacy`, mended for ``torch.export``): ``value.detach()`` while export traces a
+    tensor (the same values; export records it, where it gives ``.data`` no place), ``.data`` otherwise."""
+    if isinstance(value, torch.Tensor) and torch.compiler.is_exporting():
+        fired(note)
+        return value.detach()
+    return value.data
+
+
 def new_resized(note: int, t: Any, how: str, *size: Any) -> Any:
     """``t.new().resize_(*size)`` or ``t.new().resize_as_(other)``: ``t.new_empty`` of that size while
     Dynamo traces a tensor (the same uninitialized, contiguous tensor; Dynamo refuses ``resize_``), the

@@ -30,7 +30,7 @@ from .checks import CheckRules
 from .effects import defer
 from .expressions import conditional_expressions
 from .items import drawn_range, item_for_logging, numpy_grids, reads_item, size_products
-from .legacy import legacy_variables
+from .legacy import data_reads, legacy_variables
 from .loops import LoopRules
 
 
@@ -54,6 +54,8 @@ def rewrite(fdef: ast.FunctionDef, ctx: Context) -> int:
     }
     attribute_dicts(fdef, ctx)
     legacy_variables(fdef, ctx)
+    if ctx.export:
+        data_reads(fdef, ctx)
     conditional_expressions(fdef, ctx)
     size_products(fdef, ctx)
     numpy_grids(fdef, ctx)

@@ -202,3 +202,34 @@ class ReadsWeightData(nn.Module):
 def test_a_program_export_gives_with_a_fake_tensor_inside_is_refused_not_run() -> None:
     with pytest.raises(ExportRefused, match="fake tensor"):
         capture(ReadsWeightData().eval(), (torch.randn(2, 4),))
+
+
+class FocalLoss(nn.Module):
+    """A focal loss written before PyTorch 0.4 (ParityBench's eighth sample: VSainteuf_pytorch_psetae):
+    ``Variable(logpt.data.exp())``. Non-strict export gives a tensor read through ``.data`` no place in the
+    graph and refuses the program (a fake tensor among its constants); strict export refuses it too."""
+
+    def forward(self, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        logpt = torch.log_softmax(x, dim=1).gather(1, target.view(-1, 1)).view(-1)
+        pt = torch.autograd.Variable(logpt.data.exp())
+        return (-((1 - pt) ** 2) * logpt).mean() + target.data.float().mean()
+
+
+def test_a_data_read_is_exported_as_detach_after_the_mend_pass_and_compile_keeps_it() -> None:
+    """Mended for export (inference only), ``t.data`` is ``t.detach()`` while export traces: the program is
+    taken and answers as eager does. ``compile()`` never gets this rewrite (``.data`` and ``detach()`` differ
+    under autograd): its mended forward still reads ``.data``."""
+    from torchmux.frontends.mend import mended, source_of
+
+    model, x, target = FocalLoss().eval(), torch.randn(8, 4), torch.randint(0, 4, (8,))
+    for strict in (False, True):
+        with pytest.raises(Exception):  # noqa: B017 -- each mode's own refusal, whatever its type
+            torch.export.export(model, (x, target), strict=strict)
+    captured = capture(model, (x, target))
+    assert captured.mended
+    torch.testing.assert_close(captured.program.module()(x, target), model(x, target))
+    other = torch.randint(0, 4, (8,))
+    torch.testing.assert_close(captured.program.module()(-x, other), model(-x, other))
+    with mended(model) as (target_model, _):  # as compile() mends it
+        assert ".data" in source_of(target_model.forward) or not source_of(target_model.forward)
+        assert "data_of" not in source_of(target_model.forward)
