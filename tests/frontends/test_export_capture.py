@@ -199,9 +199,15 @@ class ReadsWeightData(nn.Module):
         return x @ (w / w.norm(dim=1, keepdim=True))
 
 
-def test_a_program_export_gives_with_a_fake_tensor_inside_is_refused_not_run() -> None:
+def test_a_program_export_gives_with_a_fake_tensor_inside_is_refused_not_run_and_the_mend_pass_takes_it() -> None:
+    """Without the mend pass, the program strict export returns (a fake tensor inside) is refused, never
+    run; with it, ``self.weight.data`` is exported as ``detach()`` and the program answers as eager does."""
+    model, x = ReadsWeightData().eval(), torch.randn(2, 4)
     with pytest.raises(ExportRefused, match="fake tensor"):
-        capture(ReadsWeightData().eval(), (torch.randn(2, 4),))
+        capture(model, (x,), mend=False)
+    captured = capture(model, (x,))
+    assert captured.mended
+    torch.testing.assert_close(captured.program.module()(x), model(x))
 
 
 class FocalLoss(nn.Module):
