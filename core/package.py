@@ -344,7 +344,7 @@ def foreign_native_code(theirs: Mapping[str, Any], ours: Mapping[str, Any]) -> s
     recorded is judged on the fields it has."""
     if theirs.get("arch") != ours["arch"] or theirs.get("os") != ours["os"]:
         return f"native code built for {theirs.get('os')}/{theirs.get('arch')}, this is {ours['os']}/{ours['arch']}"
-    lacking = sorted(set(theirs.get("isa") or ()) - set(ours.get("isa", theirs.get("isa")) or ()))
+    lacking = sorted(set(theirs.get("isa") or ()) - set(ours["isa"])) if "isa" in ours else []
     if lacking:
         return (
             f"native code built on a CPU with {', '.join(lacking)} ({theirs.get('processor')}), "
