@@ -6,7 +6,8 @@ Pipeline (``mend(model)``, run by ``torchmux.compile`` and ``torchmux.explain`` 
 ``options={"mend": False}``):
 
 1. **Find the code.** For the model's ``forward`` (every submodule's whose class is not torch's own),
-   the ``self.<method>`` helpers it calls and the global functions it calls, read the source
+   the ``self.<method>`` helpers it calls and the user's functions it calls by a global name
+   (``helper(x)``, ``Class.static_method(x)``, ``module.helper(x)``), read the source
    (``inspect``); without source, or for a lambda, a generator, a wrapped function or one using private
    ``__names`` or frame introspection, do nothing. The source must be what the code was compiled from.
 2. **Rewrite the AST** (:mod:`.statements` walks the body and hands each statement to its rule):
@@ -358,24 +359,40 @@ def _mend(fn: types.FunctionType, method: bool, depth: int, attr_dicts: frozense
 
 
 def _follow_globals(fdef: ast.FunctionDef, ctx: Context, injected: dict[str, Any], depth: int) -> None:
-    """Mend the user's global functions this one calls; call them through an identity guard."""
-    for call, func in [(c, c.func) for c in ast.walk(fdef) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)]:
-        name = func.id
+    """Mend the user's functions this one calls by a global name (``helper(x)``, ``Class.static(x)``,
+    ``module.helper(x)``); call them through an identity guard, so rebinding the name still works."""
+    for call in [c for c in ast.walk(fdef) if isinstance(c, ast.Call)]:
+        func = call.func
+        dotted = _dotted(func)
+        if dotted is None or dotted.startswith("_mend_"):
+            continue
         target = ctx.resolve(func)
-        if not isinstance(target, types.FunctionType) or not _is_user_code(target) or name.startswith("_mend_"):
+        if not isinstance(target, types.FunctionType) or not _is_user_code(target):
             continue
         done = mend_function(target, method=False, depth=depth + 1)
         if done.func is None:
             continue
-        new, old = f"_mend_g_{name}", f"_mend_o_{name}"
+        key = dotted.replace(".", "__")
+        new, old = f"_mend_g_{key}", f"_mend_o_{key}"
         injected[new], injected[old] = done.func, target
         guard = ast.IfExp(
-            ast.Compare(ast.Name(name, ast.Load()), [ast.Is()], [ast.Name(old, ast.Load())]),
+            ast.Compare(copy.deepcopy(func), [ast.Is()], [ast.Name(old, ast.Load())]),
             ast.Name(new, ast.Load()),
-            ast.Name(name, ast.Load()),
+            copy.deepcopy(func),
         )
         call.func = ast.copy_location(guard, func)
         ctx.notes.extend(done.notes)
+
+
+def _dotted(expr: ast.expr) -> str | None:
+    """``a.b.c`` for a call's function named by a global and attributes (``ctx.resolve`` decides what it
+    means: attributes are followed on modules and classes only), else None."""
+    if isinstance(expr, ast.Name):
+        return expr.id
+    if isinstance(expr, ast.Attribute):
+        base = _dotted(expr.value)
+        return None if base is None else f"{base}.{expr.attr}"
+    return None
 
 
 _FUTURE_FLAGS = functools.reduce(

@@ -239,3 +239,36 @@ def test_a_data_read_is_exported_as_detach_after_the_mend_pass_and_compile_keeps
     with mended(model) as (target_model, _):  # as compile() mends it
         assert ".data" in source_of(target_model.forward) or not source_of(target_model.forward)
         assert "data_of" not in source_of(target_model.forward)
+
+
+class LabelSmoothing(nn.Module):
+    """Label smoothing as NVIDIA Merlin's ``LabelSmoothCrossEntropyLoss`` writes it (ParityBench's eighth
+    sample): the one-hot targets are built in a ``staticmethod`` called as ``Class.method(...)``, reading
+    ``targets.data``."""
+
+    @staticmethod
+    def _smooth_one_hot(targets: torch.Tensor, n_classes: int, smoothing: float = 0.0) -> torch.Tensor:
+        with torch.no_grad():
+            targets = (
+                torch.empty(size=(targets.size(0), n_classes), device=targets.device)
+                .fill_(smoothing / (n_classes - 1))
+                .scatter_(1, targets.data.unsqueeze(1), 1.0 - smoothing)
+            )
+        return targets
+
+    def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        targets = LabelSmoothing._smooth_one_hot(targets, inputs.size(-1), 0.1)
+        return -(targets * torch.log_softmax(inputs, -1)).sum(-1).mean()
+
+
+def test_a_data_read_in_a_static_method_called_by_its_class_is_exported() -> None:
+    """The mend pass follows ``Class.static_method(...)`` as it follows a global function: the ``.data``
+    read inside it is exported as ``detach()``, which torch.export alone refuses."""
+    model, x, target = LabelSmoothing().eval(), torch.randn(8, 5), torch.randint(0, 5, (8,))
+    with pytest.raises(Exception):  # noqa: B017 -- non-strict export's own refusal (a fake tensor left)
+        torch.export.export(model, (x, target), strict=False)
+    captured = capture(model, (x, target))
+    assert captured.mended
+    other = torch.randint(0, 5, (8,))
+    for args in ((x, target), (-x, other)):
+        torch.testing.assert_close(captured.program.module()(*args), model(*args))

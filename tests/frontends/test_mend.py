@@ -1007,6 +1007,54 @@ def test_static_method_of_a_held_object_is_mended_and_given_back() -> None:
     torch.testing.assert_close(compiled(model)(x), model(x))
 
 
+class _Gates:
+    @staticmethod
+    def gate(h):
+        if h.mean() > 0:
+            h = torch.tanh(h)
+        return h
+
+
+def _module_gate(h):
+    if h.sum() < 0:
+        return h * 3
+    return h
+
+
+_gates_module = types.ModuleType("gates")
+_gates_module.gate = _module_gate  # type: ignore[attr-defined]
+
+
+class _DottedCalls(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = _Gates.gate(self.lin(x))
+        return _gates_module.gate(h) + 1
+
+
+def test_a_static_method_or_module_function_called_by_its_dotted_name_is_mended_and_rebinding_it_holds() -> None:
+    """``Class.static_method(x)`` and ``module.helper(x)`` are followed as ``helper(x)`` is: one graph where
+    Dynamo breaks at each tensor ``if`` in them, eager's values both ways; a rebound name is called as
+    rebound (the identity guard)."""
+    model, x = _DottedCalls().eval(), torch.randn(3, 8)
+    with torch.no_grad():
+        report = explain(model, x)
+        assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
+        assert explain(model, x, mend=False).graph_break_count >= 2
+        for v in (x, -x.abs() * 10, x.abs() * 10):
+            torch.testing.assert_close(compiled(model)(v), model(v))
+        original = _Gates.__dict__["gate"]
+        try:
+            _Gates.gate = staticmethod(lambda h: h * 0)  # type: ignore[method-assign]
+            torch.testing.assert_close(compiled(model)(x), model(x))
+            assert torch.equal(model(x), torch.ones(3, 8))
+        finally:
+            _Gates.gate = original  # type: ignore[method-assign]
+
+
 def test_each_remaining_break_kind_says_what_to_change() -> None:
     """The breaks left on real code are named at the user's line with a remedy."""
     from torchmux.api.explain import BreakReason, what_to_change
