@@ -173,6 +173,7 @@ class Context:
     counter: int = 0
     module_names: set[str] = field(default_factory=set)  # local names a rule vouches are modules it checks
     attr_dicts: frozenset[str] = frozenset()  # self.<name> that hold attribute dicts (:mod:`.attrs`)
+    held_functions: dict[str, Any] = field(default_factory=dict)  # self.<name> that hold the user's functions
     data_sized: set[str] = field(default_factory=set)  # names of selections whose size is data
     injected: dict[str, Any] = field(default_factory=dict)  # objects the rewritten code reads by these names
     export: bool = False  # mended for torch.export (inference only): its own rules apply too

@@ -86,8 +86,8 @@ class Mended:
     source: str = ""  # the rewritten function, for reading (:func:`source_of`)
 
 
-_CACHE: weakref.WeakKeyDictionary[Any, dict[tuple[bool, frozenset[str], bool], Mended]] = weakref.WeakKeyDictionary()
-# fn -> (method?, self.<attribute dicts>, for torch.export?) -> result
+_CACHE: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], Mended]] = weakref.WeakKeyDictionary()
+# fn -> (method?, self.<attribute dicts>, self.<functions>, for torch.export?) -> result
 
 #: set while :func:`mended` installs code for ``torch.export`` (``frontends/export.py``): the rules that
 #: hold only for an inference trace apply too (``Context.export``)
@@ -137,8 +137,11 @@ def mend(model: Any) -> tuple[Any, Rewrites]:
             rnn.install(m, _where(model, name), notes)
         return model, Rewrites(notes)
     if isinstance(model, types.MethodType) and isinstance(model.__func__, types.FunctionType):
-        held = attrs.held_by(model.__self__) if hasattr(model.__self__, "__dict__") else frozenset()
-        done = mend_function(_original(model.__func__), method=True, attr_dicts=held)
+        owner, fn = model.__self__, _original(model.__func__)
+        if hasattr(owner, "__dict__"):
+            done = mend_function(fn, method=True, attr_dicts=attrs.held_by(owner), functions=held_functions(owner))
+        else:
+            done = mend_function(fn, method=True)
         if done.func is None:
             return model, Rewrites([])
         return types.MethodType(done.func, model.__self__), Rewrites(done.notes)
@@ -257,7 +260,7 @@ def _install(m: Any, notes: list[int], all_methods: bool = False) -> None:
             continue  # the user set this on the instance: leave it
         if not isinstance(fn, types.FunctionType) or not _is_user_code(fn):
             continue
-        done = mend_function(fn, method=True, attr_dicts=attrs.held_by(m))
+        done = mend_function(fn, method=True, attr_dicts=attrs.held_by(m), functions=held_functions(m))
         todo.extend(done.methods)
         if name == "forward" and done.pure_calls is not None and isinstance(m, torch.nn.Module):
             rt.PURE_FORWARDS[cls] = (fn, done.pure_calls)  # loops over such modules may be masked
@@ -266,24 +269,40 @@ def _install(m: Any, notes: list[int], all_methods: bool = False) -> None:
             notes.extend(done.notes)
 
 
+def held_functions(m: Any) -> frozenset[tuple[str, types.FunctionType]]:
+    """The user's plain functions ``m`` holds in its own attributes (``self.loss = _focal_loss`` in
+    ``__init__``): its methods call them as ``self.loss(x)``, and the mend pass follows them as it follows
+    a global function (through the same identity guard, so the instance is never changed)."""
+    return frozenset(
+        (k, v)
+        for k, v in vars(m).items()
+        if isinstance(v, types.FunctionType) and _is_user_code(v) and not _is_mended(v)
+    )
+
+
 def _is_user_code(fn: types.FunctionType) -> bool:
     path = os.path.abspath(fn.__code__.co_filename)
     return not (in_torch(path) or path.startswith(MEND_DIR) or fn.__code__.co_filename.startswith("<"))
 
 
 def mend_function(
-    fn: types.FunctionType, method: bool, depth: int = 0, attr_dicts: frozenset[str] = frozenset()
+    fn: types.FunctionType,
+    method: bool,
+    depth: int = 0,
+    attr_dicts: frozenset[str] = frozenset(),
+    functions: frozenset[tuple[str, types.FunctionType]] = frozenset(),
 ) -> Mended:
     """The mended version of ``fn`` (cached), or ``Mended(None)`` when nothing fired or it cannot be done.
 
-    ``attr_dicts``: the ``self.<name>`` that hold attribute dicts on the instance (:mod:`.attrs`)."""
+    ``attr_dicts``: the ``self.<name>`` that hold attribute dicts on the instance (:mod:`.attrs`);
+    ``functions``: the ``self.<name>`` that hold the user's functions (:func:`held_functions`)."""
     known = _CACHE.setdefault(fn, {})
-    key = (method, attr_dicts, _FOR_EXPORT.get())
+    key = (method, attr_dicts, functions, _FOR_EXPORT.get())
     if key in known:
         return known[key]
     known[key] = Mended(None)  # recursion guard: a function calling itself is followed once
     try:
-        result = _mend(fn, method, depth, attr_dicts)
+        result = _mend(fn, method, depth, attr_dicts, functions)
     except (OSError, TypeError, SyntaxError, IndentationError):  # no source, or not a plain def
         result = Mended(None)
     known[key] = result
@@ -329,7 +348,13 @@ def _parse(fn: types.FunctionType) -> ast.FunctionDef | None:
     return fdef if _same_code(fn, fdef) else None
 
 
-def _mend(fn: types.FunctionType, method: bool, depth: int, attr_dicts: frozenset[str]) -> Mended:
+def _mend(
+    fn: types.FunctionType,
+    method: bool,
+    depth: int,
+    attr_dicts: frozenset[str],
+    functions: frozenset[tuple[str, types.FunctionType]],
+) -> Mended:
     fdef = _parse(fn)
     if fdef is None:
         return Mended(None)
@@ -337,6 +362,7 @@ def _mend(fn: types.FunctionType, method: bool, depth: int, attr_dicts: frozense
     args = fdef.args.posonlyargs + fdef.args.args
     ctx = Context(filename, fn.__globals__, fn.__name__, args[0].arg if method and args else None)
     ctx.attr_dicts, ctx.export = attr_dicts, _FOR_EXPORT.get()
+    ctx.held_functions = dict(functions) if ctx.self_name else {}
     pure_calls = None
     if method and fn.__name__ == "forward":
         ctx.locals = {a.arg for a in args} | names_stored(fdef.body)
@@ -360,13 +386,17 @@ def _mend(fn: types.FunctionType, method: bool, depth: int, attr_dicts: frozense
 
 def _follow_globals(fdef: ast.FunctionDef, ctx: Context, injected: dict[str, Any], depth: int) -> None:
     """Mend the user's functions this one calls by a global name (``helper(x)``, ``Class.static(x)``,
-    ``module.helper(x)``); call them through an identity guard, so rebinding the name still works."""
+    ``module.helper(x)``) or through the instance (``self.loss(x)``, :func:`held_functions`); call them
+    through an identity guard, so rebinding the name still works."""
     for call in [c for c in ast.walk(fdef) if isinstance(c, ast.Call)]:
         func = call.func
         dotted = _dotted(func)
         if dotted is None or dotted.startswith("_mend_"):
             continue
-        target = ctx.resolve(func)
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == ctx.self_name:
+            target = ctx.held_functions.get(func.attr)
+        else:
+            target = ctx.resolve(func)
         if not isinstance(target, types.FunctionType) or not _is_user_code(target):
             continue
         done = mend_function(target, method=False, depth=depth + 1)

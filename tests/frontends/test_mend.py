@@ -1055,6 +1055,50 @@ def test_a_static_method_or_module_function_called_by_its_dotted_name_is_mended_
             _Gates.gate = original  # type: ignore[method-assign]
 
 
+def _neg_loss(pred, gt, alpha=2, beta=4):
+    """CornerNet's focal loss as CenterNet-style code writes it (ParityBench's ninth sample: maudzung_SFA3D)."""
+    pos_inds = gt.eq(1).float()
+    neg_inds = gt.lt(1).float()
+    neg_weights = torch.pow(1 - gt, beta)
+    loss = 0
+    pos_loss = (torch.log(pred) * torch.pow(1 - pred, alpha) * pos_inds).sum()
+    neg_loss = (torch.log(1 - pred) * torch.pow(pred, alpha) * neg_weights * neg_inds).sum()
+    num_pos = pos_inds.float().sum()
+    if num_pos == 0:
+        loss = loss - neg_loss
+    else:
+        loss = loss - (pos_loss + neg_loss) / num_pos
+    return loss
+
+
+class _HeldLoss(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.neg_loss = _neg_loss
+
+    def forward(self, out, target):
+        return self.neg_loss(out, target)
+
+
+def test_a_function_the_instance_holds_is_followed_and_the_instance_keeps_it() -> None:
+    """``self.neg_loss = _neg_loss`` in ``__init__``, called as ``self.neg_loss(...)``: the function is
+    mended as a global one is (its tensor ``if`` one graph, Dynamo breaks there), eager's value on both
+    sides of the branch; the instance still holds the user's function, and rebinding it is obeyed."""
+    model = _HeldLoss()
+    pred = torch.rand(2, 3, 4, 4) * 0.9 + 0.05
+    with_pos, without = torch.rand(2, 3, 4, 4), torch.rand(2, 3, 4, 4) * 0.5
+    with_pos[0, 0, 0, 0] = 1
+    report = explain(model, pred, with_pos)
+    assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
+    assert explain(model, pred, with_pos, mend=False).graph_break_count >= 1
+    fast = compiled(model)
+    for target in (with_pos, without):
+        torch.testing.assert_close(fast(pred, target), model(pred, target))
+    assert vars(model)["neg_loss"] is _neg_loss
+    model.neg_loss = lambda p, t: (p * 0).sum()
+    torch.testing.assert_close(fast(pred, with_pos), torch.tensor(0.0))
+
+
 def test_each_remaining_break_kind_says_what_to_change() -> None:
     """The breaks left on real code are named at the user's line with a remedy."""
     from torchmux.api.explain import BreakReason, what_to_change
