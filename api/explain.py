@@ -329,7 +329,8 @@ def capture(
         torch._dynamo.reset()
     result = report(recorder)
     stacks = _break_stacks(recorder, result.not_captured)
-    if not mend or not verdict.in_doubt(stacks, rewrites.keys, [r.reason for r in result.break_reasons]):
+    said = [r.reason for r in (*result.break_reasons, *result.not_captured)]
+    if not mend or not verdict.in_doubt(stacks, rewrites.keys, said):
         return out, result
     try:
         original, original_seconds = _capture_copy(model, args, kwargs, mend=False)  # its breaks and time only
@@ -338,8 +339,10 @@ def capture(
     finally:
         torch._dynamo.reset()
     why = verdict.keep(
-        verdict.Capture(result.graph_break_count + len(result.not_captured), seconds),
-        verdict.Capture(original.graph_break_count + len(original.not_captured), original_seconds),
+        verdict.Capture(result.graph_break_count + len(result.not_captured), seconds, result.graph_count),
+        verdict.Capture(
+            original.graph_break_count + len(original.not_captured), original_seconds, original.graph_count
+        ),
         timed=warm and backend == "eager",  # another backend's time holds its compiles and measurements
     )
     if why:
@@ -361,14 +364,17 @@ def verdict_of(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], record
     from ..frontends.mend import verdict
 
     reasons = break_reasons_of(recorder.graphs)
-    stacks = _break_stacks(recorder, not_captured(recorder, reasons))
-    if not verdict.in_doubt(stacks, rewrites.keys, [r.reason for r in reasons]):
+    skipped = not_captured(recorder, reasons)
+    stacks = _break_stacks(recorder, skipped)
+    if not verdict.in_doubt(stacks, rewrites.keys, [r.reason for r in (*reasons, *skipped)]):
         return ""
     captures = []
     try:
         for mend in (True, False):
             found, seconds = _capture_copy(model, args, kwargs, mend)
-            captures.append(verdict.Capture(found.graph_break_count + len(found.not_captured), seconds))
+            captures.append(
+                verdict.Capture(found.graph_break_count + len(found.not_captured), seconds, found.graph_count)
+            )
     except Exception:  # noqa: BLE001 -- a form that fails to capture or to copy: keep the rewrites
         return ""
     return verdict.keep(captures[0], captures[1])

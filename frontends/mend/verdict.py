@@ -1,7 +1,7 @@
 """Keep or revert: the mend pass's rewrites stay only where they capture no worse than Dynamo does.
 
-A rewrite is kept when the rewritten capture has no more breaks than the user's code gives Dynamo and
-took no more than twice its capture time. Capturing the user's code as well would double every
+A rewrite is kept when the rewritten capture has no more breaks than the user's code gives Dynamo, gave
+a graph where that code gives one, and took no more than twice its capture time. Capturing the user's code as well would double every
 capture, so the second capture is taken only where the first one leaves the question open
 (:func:`in_doubt`); everywhere else the answer follows from the first capture alone:
 
@@ -50,10 +50,12 @@ from .pipeline import MEND_DIR
 
 @dataclass(frozen=True)
 class Capture:
-    """What one capture gave: breaks (graph breaks and frames run outside any graph) and its seconds."""
+    """What one capture gave: breaks (graph breaks and frames run outside any graph), its seconds and
+    its graphs."""
 
     breaks: int
     seconds: float
+    graphs: int
 
 
 def in_doubt(stacks: Iterable[list[tuple[str, int]]], keys: Iterable[int], reasons: Iterable[str] = ()) -> bool:
@@ -98,6 +100,8 @@ def keep(rewritten: Capture, original: Capture, timed: bool = True) -> str:
     of them): its time says nothing of the rewrites, and only the breaks are compared."""
     if rewritten.breaks > original.breaks:
         return f"the mended code (its rewrites and switches) broke {rewritten.breaks} times, the code as written {original.breaks}"
+    if rewritten.graphs == 0 < original.graphs:  # as many breaks, but Dynamo gave up on the whole frame
+        return f"the mended code gave no graph (Dynamo skipped its frame), the code as written {original.graphs}"
     if timed and rewritten.seconds > 2 * original.seconds:
         return (
             f"the rewritten capture took {rewritten.seconds:.2f} s, over twice the "

@@ -134,11 +134,54 @@ def test_breaks_inside_a_fired_rewrite_are_in_doubt_others_are_not() -> None:
 
 def test_keep_compares_breaks_then_time() -> None:
     C = verdict.Capture
-    assert verdict.keep(C(1, 1.0), C(1, 0.6)) == ""
-    assert verdict.keep(C(0, 1.0), C(2, 0.6)) == ""
-    assert "broke 2 times" in verdict.keep(C(2, 0.1), C(1, 1.0))
-    assert "over twice" in verdict.keep(C(1, 2.1), C(1, 1.0))
-    assert verdict.keep(C(1, 2.1), C(1, 1.0), timed=False) == ""  # a process's first capture: breaks only
+    assert verdict.keep(C(1, 1.0, 2), C(1, 0.6, 2)) == ""
+    assert verdict.keep(C(0, 1.0, 1), C(2, 0.6, 3)) == ""
+    assert "broke 2 times" in verdict.keep(C(2, 0.1, 3), C(1, 1.0, 2))
+    assert "no graph" in verdict.keep(C(1, 0.1, 0), C(1, 1.0, 1))  # as many breaks, the frame skipped whole
+    assert "over twice" in verdict.keep(C(1, 2.1, 2), C(1, 1.0, 2))
+    assert verdict.keep(C(1, 2.1, 2), C(1, 1.0, 2), timed=False) == ""  # a process's first capture: breaks only
+
+
+class _PACTClip(torch.autograd.Function):
+    """PACT's clipped ReLU as pytorch-ignite's example writes it (ParityBench's ninth sample): the clip's
+    bound read through ``alpha.data`` as a Python number (an ``.item()``)."""
+
+    @staticmethod
+    def forward(ctx, x, alpha):
+        ctx.save_for_backward(x, alpha)
+        return torch.clamp(x, 0, alpha.data)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, alpha = ctx.saved_tensors
+        dx = dy.clone()
+        dx[x < 0] = 0
+        dx[x > alpha] = 0
+        dalpha = dy.clone()
+        dalpha[x <= alpha] = 0
+        return dx, torch.sum(dalpha)
+
+
+class PACTReLU(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.alpha = nn.Parameter(torch.tensor(6.0))
+
+    def forward(self, x):
+        return _PACTClip.apply(x, self.alpha)
+
+
+def test_switches_that_make_dynamo_give_up_on_the_frame_are_reverted() -> None:
+    """With ``capture_scalar_outputs`` Dynamo fails inside the Function (an unbacked float it loses) and
+    skips the whole frame: as many breaks as the code as written, but no graph where that code gives
+    one. The verdict takes the code as written (its graph), in explain and in compile()."""
+    model, x = PACTReLU(), torch.randn(4, 8) * 10
+    plain = explain(model, x, mend=False)
+    assert plain.graph_count >= 1
+    report = explain(model, x)
+    assert (report.graph_count, report.graph_break_count) == (plain.graph_count, plain.graph_break_count)
+    assert any("no graph" in r for r in report.reverted), report.reverted
+    torch.testing.assert_close(torchmux.compile(model, backend="eager")(x), model(x))
 
 
 def test_in_doubt_capture_is_judged_and_kept_when_no_worse() -> None:
