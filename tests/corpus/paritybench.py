@@ -138,7 +138,9 @@ def _load(path: str) -> types.ModuleType:
     return module
 
 
-class _Timeout(Exception):
+class _Timeout(
+    BaseException
+):  # not an Exception: a capture (or Dynamo inside it) must not take it for the program's own
     pass
 
 
@@ -244,7 +246,7 @@ def child(path: str, per_module_timeout: int, first: int = 0) -> None:
         record: dict[str, Any] = {"repo": repo, "module": program.name}
         signal.alarm(per_module_timeout)
         try:
-            record.update(_measure(program))
+            record.update(_measure(program, per_module_timeout))
         except _Timeout:
             record.update(status="timeout")
         except BaseException as e:  # a failure of the measurement itself, reported as such
@@ -254,8 +256,10 @@ def child(path: str, per_module_timeout: int, first: int = 0) -> None:
         print(json.dumps(record), flush=True)
 
 
-def _measure(program: Any) -> dict[str, Any]:
-    """One module: left out (and why), or both captures' counts, correctness and capture seconds."""
+def _measure(program: Any, limit: int = 0) -> dict[str, Any]:
+    """One module: left out (and why), or both captures' counts, correctness and capture seconds. ``limit``:
+    the seconds each capture may take (armed anew for each, so a slow module's earlier steps do not eat a
+    later capture's time); one that runs past it counts as a timeout, with no graph and no answer."""
     import torch
     from harness import capture_pair, observe, run, same
 
@@ -277,8 +281,13 @@ def _measure(program: Any) -> dict[str, Any]:
         return {"status": "no-tensor-output"}
     record: dict[str, Any] = {"status": "ok"}
     for mode in ("dynamo", "torchmux"):
+        if limit:
+            signal.alarm(limit)
         try:
             r = run(program, mode)
+        except _Timeout:
+            record[mode] = {"graphs": 0, "breaks": 0, "correct": False, "why": f"ran past {limit} s", "timeout": True}
+            continue
         except Exception as e:  # the capture itself raised where eager ran: no graph, and a wrong answer
             record[mode] = {"graphs": 0, "breaks": 0, "correct": False, "why": f"raised {e!r}"[:200], "raised": True}
             continue
@@ -289,21 +298,30 @@ def _measure(program: Any) -> dict[str, Any]:
             "why": r.why[:200],
             "rewrites": list(r.rewrites),
         }
-    mux, dyn = capture_pair(program)  # mend + Dynamo against Dynamo alone, as coverage.py measures
+    try:  # mend + Dynamo against Dynamo alone, as coverage.py measures
+        mux, dyn = capture_pair(program, (lambda: signal.alarm(limit)) if limit else (lambda: None))
+    except _Timeout:  # a timed capture ran past the limit: its time is at least that (the report says so)
+        mux = dyn = float(limit)
+        record["timed_out"] = True
     record["torchmux"]["seconds"], record["dynamo"]["seconds"] = round(mux, 4), round(dyn, 4)
     if not _full(record["torchmux"]):
-        record["reasons"] = _break_reasons(program)
+        if limit:
+            signal.alarm(limit)
+        try:
+            record["reasons"] = _break_reasons(program)
+        except _Timeout:
+            record["reasons"] = [f"(its capture ran past {limit} s)"]
     return record
 
 
 def _counts(result: dict[str, Any]) -> str:
-    if result.get("raised"):
-        return "RAISED"
+    if result.get("raised") or result.get("timeout"):
+        return "RAISED" if result.get("raised") else "TIMEOUT"
     return f"{result['graphs']}g/{result['breaks']}b" + ("" if result["correct"] else " WRONG")
 
 
 def _full(result: dict[str, Any]) -> bool:
-    return result["graphs"] <= 1 and result["breaks"] == 0 and not result.get("raised")
+    return result["graphs"] <= 1 and result["breaks"] == 0 and not result.get("raised") and not result.get("timeout")
 
 
 def _break_reasons(program: Any) -> list[str]:
@@ -370,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dir", nargs="?", help="a folder of ParityBench generated test_*.py files")
     parser.add_argument("--jobs", type=int, default=2, help="files measured at once (each in its own process)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds for one file")
-    parser.add_argument("--module-timeout", type=int, default=120, help="seconds for one module")
+    parser.add_argument("--module-timeout", type=int, default=120, help="seconds for each capture of one module")
     parser.add_argument("-k", default="", help="only files whose name contains this")
     parser.add_argument("-v", "--verbose", action="store_true", help="one line per module")
     parser.add_argument("--json", help="also write every module's record to this file (JSON lines)")
@@ -434,6 +452,7 @@ def report(records: list[dict[str, Any]], files: int, verbose: bool = False) -> 
         f"{r['repo']}/{r['module']}"
         for r in ok
         if r["torchmux"].get("raised")
+        or (r["torchmux"].get("timeout") and not r["dynamo"].get("timeout"))
         or (r["torchmux"]["breaks"] > r["dynamo"]["breaks"] and not r["dynamo"].get("raised"))
     ]
     raised = {m: [f"{r['repo']}/{r['module']}" for r in ok if r[m].get("raised")] for m in ("dynamo", "torchmux")}
@@ -448,6 +467,8 @@ def report(records: list[dict[str, Any]], files: int, verbose: bool = False) -> 
         reverse=True,
     )
     print("capture over 2x Dynamo's: " + (", ".join(f"{n} {x:.1f}x" for x, n in slow if x > 2) or "none"))
+    timed_out = [f"{r['repo']}/{r['module']}" for r in ok if r.get("timed_out")]
+    print(f"capture timings cut at the module limit (seconds counted as the limit, both): {timed_out or 'none'}")
     reasons = collections.Counter(
         reason.split(": ", 1)[-1].split("  [")[0][:90]
         for r in ok

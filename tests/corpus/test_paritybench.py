@@ -160,6 +160,47 @@ def test_a_module_that_kills_its_process_costs_only_that_module(tmp_path) -> Non
     assert after["torchmux"]["correct"] is True, after
 
 
+SLOW = HEADER + textwrap.dedent("""
+    import time
+
+    class SlowWhenCompiled(nn.Module):
+        def forward(self, x):
+            if torch.compiler.is_compiling():
+                time.sleep(4)  # a graph break: every compiled call sleeps, the eager runs do not
+            return x.relu()
+
+
+    class After(nn.Module):
+        def forward(self, x):
+            return x.relu() + 1
+
+
+    TESTCASES = [
+        (SlowWhenCompiled, lambda: ([], {}), lambda: ([torch.rand([2])], {}), True),
+        (After, lambda: ([], {}), lambda: ([torch.rand([2])], {}), True),
+    ]
+    """)
+
+
+def test_a_capture_past_the_module_limit_is_a_timeout_not_an_answer(tmp_path, capsys) -> None:
+    """The limit's alarm is never taken for the program's own exception (inside Dynamo or the captured
+    run): a capture that runs past it is a timeout, with no graph and no full-graph credit, and the next
+    module of the file is measured in full."""
+    (tmp_path / "test_someone_slow.py").write_text(SLOW)
+    out = tmp_path / "records.jsonl"
+    assert paritybench.main([str(tmp_path), "--jobs", "1", "--module-timeout", "2", "--json", str(out)]) == 0
+    records = {r["module"]: r for r in map(json.loads, out.read_text().splitlines())}
+    slow = records["SlowWhenCompiled#0"]
+    assert slow["status"] == "ok", slow
+    assert all(slow[m].get("timeout") and not paritybench._full(slow[m]) for m in ("dynamo", "torchmux")), slow
+    assert slow["timed_out"], slow
+    after = records["After#1"]
+    assert after["status"] == "ok" and after["torchmux"]["correct"] and not after.get("timed_out"), after
+    assert "capture timings cut at the module limit (seconds counted as the limit, both): ['someone_slow/" in (
+        capsys.readouterr().out
+    )
+
+
 def test_export_coverage_counts_a_program_holding_a_fake_tensor_as_refused(tmp_path) -> None:
     """Strict torch.export gives a program for ``self.weight.data`` read in the forward whose constant is
     a fake tensor (torch 2.13): it cannot run, so the coverage report counts it refused; torchmux's capture
