@@ -259,7 +259,8 @@ def child(path: str, per_module_timeout: int, first: int = 0) -> None:
 def _measure(program: Any, limit: int = 0) -> dict[str, Any]:
     """One module: left out (and why), or both captures' counts, correctness and capture seconds. ``limit``:
     the seconds each capture may take (armed anew for each, so a slow module's earlier steps do not eat a
-    later capture's time); one that runs past it counts as a timeout, with no graph and no answer."""
+    later capture's time; twice that for a mode's run, which may capture twice); one that runs past it
+    counts as a timeout, with no graph and no answer."""
     import torch
     from harness import capture_pair, observe, run, same
 
@@ -281,12 +282,18 @@ def _measure(program: Any, limit: int = 0) -> dict[str, Any]:
         return {"status": "no-tensor-output"}
     record: dict[str, Any] = {"status": "ok"}
     for mode in ("dynamo", "torchmux"):
-        if limit:
-            signal.alarm(limit)
+        if limit:  # a mode's run may capture twice: Dynamo's explain then its compile; the verdict's second capture
+            signal.alarm(2 * limit)
         try:
             r = run(program, mode)
         except _Timeout:
-            record[mode] = {"graphs": 0, "breaks": 0, "correct": False, "why": f"ran past {limit} s", "timeout": True}
+            record[mode] = {
+                "graphs": 0,
+                "breaks": 0,
+                "correct": False,
+                "why": f"ran past {2 * limit} s",
+                "timeout": True,
+            }
             continue
         except Exception as e:  # the capture itself raised where eager ran: no graph, and a wrong answer
             record[mode] = {"graphs": 0, "breaks": 0, "correct": False, "why": f"raised {e!r}"[:200], "raised": True}

@@ -166,7 +166,7 @@ SLOW = HEADER + textwrap.dedent("""
     class SlowWhenCompiled(nn.Module):
         def forward(self, x):
             if torch.compiler.is_compiling():
-                time.sleep(4)  # a graph break: every compiled call sleeps, the eager runs do not
+                time.sleep(6)  # a graph break: every compiled call sleeps, the eager runs do not
             return x.relu()
 
 
