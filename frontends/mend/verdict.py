@@ -1,9 +1,9 @@
 """Keep or revert: the mend pass's rewrites stay only where they capture no worse than Dynamo does.
 
 A rewrite is kept when the rewritten capture has no more breaks than the user's code gives Dynamo, gave
-a graph where that code gives one, and took no more than twice its capture time. Capturing the user's code as well would double every
-capture, so the second capture is taken only where the first one leaves the question open
-(:func:`in_doubt`); everywhere else the answer follows from the first capture alone:
+a graph where that code gives one, and took no more than twice its capture time. Capturing the user's
+code as well would double every capture, so the second capture is taken only where the first one leaves
+the question open (:func:`in_doubt`); everywhere else the answer follows from the first capture alone:
 
 - **no break, no skipped frame**: the rewritten capture is one graph, and the original cannot have
   fewer breaks;
