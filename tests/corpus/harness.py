@@ -3,9 +3,9 @@
 ``run(program, mode)`` returns a :class:`Result`: graph count, break count (distinct break sites), and
 whether the captured run matched eager Python: the outputs (as torchmux itself tests an answer,
 ``core/compare.py``: float32 to rtol 2e-4 with an absolute term that scales with the output's peak), the
-printed text, the log records
-(level, file, line, message), the warnings raised from the corpus file (category, line, message) and
-any exception (type and message). Random draws are compared under the same seed.
+printed text, the log records (level, file, line, message), the warnings raised from the corpus file
+(category, line, message) and any exception (type and message). Random draws are compared under the same
+seed.
 
 Modes:
 - ``torchmux``: ``torchmux.explain`` machinery with the mend pass (source rewrites and Dynamo switches);

@@ -138,9 +138,8 @@ def _load(path: str) -> types.ModuleType:
     return module
 
 
-class _Timeout(
-    BaseException
-):  # not an Exception: a capture (or Dynamo inside it) must not take it for the program's own
+# not an Exception: a capture (or Dynamo inside it) must not take the limit's alarm for the program's own
+class _Timeout(BaseException):
     pass
 
 
@@ -322,8 +321,10 @@ def _measure(program: Any, limit: int = 0) -> dict[str, Any]:
 
 
 def _counts(result: dict[str, Any]) -> str:
-    if result.get("raised") or result.get("timeout"):
-        return "RAISED" if result.get("raised") else "TIMEOUT"
+    if result.get("raised"):
+        return "RAISED"
+    if result.get("timeout"):
+        return "TIMEOUT"
     return f"{result['graphs']}g/{result['breaks']}b" + ("" if result["correct"] else " WRONG")
 
 
