@@ -36,12 +36,14 @@ torch-level exporter of their own build their native artifact from (``CompileReq
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
 from ..core.errors import BadArgumentError, TorchmuxError
 from ..core.ir import GraphIR
@@ -93,6 +95,7 @@ def capture(
             "first (to train, use torchmux.compile)"
         )
     kwargs = dict(kwargs or {})
+    _check_leaves(model, args, kwargs)
     # torch.export's own modes first, the asked one before the other: non-strict (torch's default) traces
     # the Python as it runs, strict (TorchDynamo) reads the bytecode; each takes programs the other refuses
     modes = (strict, not strict)
@@ -110,6 +113,29 @@ def capture(
             return _captured(*mended, True)
         refusals += mended
     raise ExportRefused(_refusal(refusals, breaks)) from refusals[0][1]
+
+
+#: what a package's call may take besides tensors: numbers and names it holds fixed and checks each call
+_PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device)
+
+
+def _check_leaves(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """A clear error for an example input a package cannot take: a module, a function or another object
+    passed as an argument (a residual block called with its sublayer), which torch.export bakes into the
+    program and a saved package could neither store nor check."""
+    try:
+        names = list(inspect.signature(model.forward).parameters)
+    except (TypeError, ValueError):
+        names = []
+    for place, value in [*enumerate(args), *kwargs.items()]:
+        for leaf in pytree.tree_leaves(value):
+            if not isinstance(leaf, (torch.Tensor, *_PLAIN)):
+                name = place if isinstance(place, str) else names[place] if place < len(names) else f"#{place}"
+                raise BadArgumentError(
+                    f"torchmux.export: the example input {name!r} holds a {type(leaf).__name__}; a package's inputs "
+                    "are tensors and plain numbers (what it can store and check each call). Make it part of the "
+                    "model (an attribute set in __init__), or export a wrapper module that holds it"
+                )
 
 
 def _captured(program: torch.export.ExportedProgram, strict: bool, mended: bool) -> Captured:
@@ -307,5 +333,5 @@ def _flatten_output(gm: torch.fx.GraphModule, kept: list[bool]) -> None:
 
 def user_inputs(program: torch.export.ExportedProgram, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
     """The flat user inputs, in the program's order, of a call with ``args`` and ``kwargs``."""
-    flat, _ = torch.utils._pytree.tree_flatten((tuple(args), dict(kwargs)))
+    flat, _ = pytree.tree_flatten((tuple(args), dict(kwargs)))
     return flat

@@ -286,6 +286,27 @@ def test_training_mode_and_training_calls_are_refused() -> None:
         torchmux.export(model, (torch.randn(2, 4),), backend="eager")
 
 
+class _Residual(nn.Module):
+    """A transformer's residual connection as MDVC writes it (ParityBench's tenth sample): the sublayer is
+    an argument of ``forward``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(4)
+
+    def forward(self, x, sublayer):
+        return x + sublayer(self.norm(x))
+
+
+def test_a_module_passed_as_an_input_is_a_clear_error_naming_the_input() -> None:
+    """A package cannot store or check a module given as an argument: the error says which input and what
+    to do, before any capture (it was a save of the program's input spec that failed inside every trial)."""
+    with pytest.raises(BadArgumentError, match=r"'sublayer' holds a ReLU.*attribute set in __init__"):
+        torchmux.export(_Residual().eval(), (torch.rand(2, 4), nn.ReLU()), backend="eager")
+    with pytest.raises(BadArgumentError, match=r"'sublayer' holds a ReLU"):
+        torchmux.export(_Residual().eval(), (torch.rand(2, 4),), {"sublayer": nn.ReLU()}, backend="eager")
+
+
 def test_cnn_with_batch_norm_on_auto_and_eager(tmp_path) -> None:
     torch.manual_seed(1)
     model, args = zoo.build("resnet", 2)
