@@ -127,10 +127,10 @@ def _check_leaves(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[st
         names = list(inspect.signature(model.forward).parameters)
     except (TypeError, ValueError):
         names = []
-    for place, value in [*enumerate(args), *kwargs.items()]:
+    named = [(names[i] if i < len(names) else f"#{i}", v) for i, v in enumerate(args)] + list(kwargs.items())
+    for name, value in named:
         for leaf in pytree.tree_leaves(value):
             if not isinstance(leaf, (torch.Tensor, *_PLAIN)):
-                name = place if isinstance(place, str) else names[place] if place < len(names) else f"#{place}"
                 raise BadArgumentError(
                     f"torchmux.export: the example input {name!r} holds a {type(leaf).__name__}; a package's inputs "
                     "are tensors and plain numbers (what it can store and check each call). Make it part of the "
