@@ -264,8 +264,12 @@ def _normalize(program: torch.export.ExportedProgram) -> tuple[GraphIR, list[tor
 
         decomposed = _remove_effect_tokens(decomposed)
     signature = decomposed.graph_signature
+    unread = _unread_buffers(decomposed.graph_module, signature.input_specs)
     mutating = [
-        o for o in signature.output_specs if o.kind not in (OutputKind.USER_OUTPUT, OutputKind.USER_INPUT_MUTATION)
+        o
+        for o in signature.output_specs
+        if o.kind not in (OutputKind.USER_OUTPUT, OutputKind.USER_INPUT_MUTATION)
+        and not (o.kind == OutputKind.BUFFER_MUTATION and o.target in unread)
     ]
     if mutating:
         what = ", ".join(f"{o.kind.name.lower()} {o.target or o.arg.name}" for o in mutating[:4])
@@ -291,6 +295,64 @@ def _normalize(program: torch.export.ExportedProgram) -> tuple[GraphIR, list[tor
     ir = GraphIR(gm, [k for k in kinds if k is not None], name="program", phase="inference").lint()
     written = [str(o.target) for o in signature.output_specs if o.kind == OutputKind.USER_INPUT_MUTATION]
     return ir, weights, written
+
+
+def _unread_buffers(gm: torch.fx.GraphModule, specs: Sequence[Any]) -> set[str]:
+    """The buffers whose values the program never reads (a NoisyNet layer drawing its noise into its own
+    buffers each call: ``torch.randn(..., out=self.epsilon)``): no output of the functional graph, the new
+    values written back included, depends on what the buffer held, so no answer of this call or a later
+    one depends on what a call leaves there, and a package may drop the write (as it drops an input's,
+    ``_flatten_output``). A value flows from a node to each node that takes it, except into an op that reads
+    only its argument's shape (``normal_functional``, ``*_like``) and into the base of a scatter that
+    overwrites all of it (``copy``, a whole ``as_strided_scatter``)."""
+    placeholders = {n.name: n for n in gm.graph.nodes if n.op == "placeholder"}
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    unread = set()
+    for spec in specs:
+        start = placeholders.get(spec.arg.name) if spec.kind.name == "BUFFER" else None
+        if start is None:
+            continue
+        reached = {start}
+        for node in gm.graph.nodes:
+            if node.op != "call_function" or node.target in _SHAPE_ONLY:
+                continue
+            sources = node.all_input_nodes
+            if node.target is torch.ops.aten.copy.default or _whole_scatter(node):
+                sources = [a for a in node.args[1:2] if isinstance(a, torch.fx.Node)]
+            if any(a in reached for a in sources):
+                reached.add(node)
+        if not any(a in reached for a in output.all_input_nodes):
+            unread.add(str(spec.target))
+    return unread
+
+
+#: ops whose result takes only its tensor argument's shape, dtype and device, not its values
+_SHAPE_ONLY = {
+    torch.ops.aten.normal_functional.default,
+    torch.ops.aten.empty_like.default,
+    torch.ops.aten.zeros_like.default,
+    torch.ops.aten.ones_like.default,
+    torch.ops.aten.full_like.default,
+    torch.ops.aten.rand_like.default,
+    torch.ops.aten.randn_like.default,
+    torch.ops.aten.sym_size.int,
+}
+
+
+def _whole_scatter(node: torch.fx.Node) -> bool:
+    """An ``as_strided_scatter`` that writes every element of its (contiguous) base: its result is the
+    source's values, the base's shape."""
+    if node.target is not torch.ops.aten.as_strided_scatter.default or len(node.args) < 4:
+        return False
+    base = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    offset = node.args[4] if len(node.args) > 4 else node.kwargs.get("storage_offset")
+    return (
+        isinstance(base, torch.Tensor)
+        and base.is_contiguous()
+        and list(node.args[2]) == list(base.shape)  # type: ignore[arg-type]
+        and list(node.args[3]) == list(base.stride())  # type: ignore[arg-type]
+        and offset in (None, 0)
+    )
 
 
 def _tensor_inputs_only(gm: torch.fx.GraphModule, specs: Sequence[Any]) -> list[Any]:

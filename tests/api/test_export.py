@@ -307,6 +307,46 @@ def test_a_module_passed_as_an_input_is_a_clear_error_naming_the_input() -> None
         torchmux.export(_Residual().eval(), (torch.rand(2, 4),), {"sublayer": nn.ReLU()}, backend="eager")
 
 
+class _NoisyLinear(nn.Linear):
+    """NoisyNet's layer as Shmuma's ptan writes it (ParityBench's tenth sample): each call draws its noise
+    into its own buffers, then reads them."""
+
+    def __init__(self, sigma: float) -> None:
+        super().__init__(4, 5)
+        self.sigma_weight = nn.Parameter(torch.full((5, 4), sigma))
+        self.register_buffer("epsilon_weight", torch.zeros(5, 4))
+
+    def forward(self, x):
+        torch.randn(self.epsilon_weight.size(), out=self.epsilon_weight)
+        return nn.functional.linear(x, self.weight + self.sigma_weight * self.epsilon_weight, self.bias)
+
+
+class _Counter(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("n", torch.zeros(()))
+
+    def forward(self, x):
+        self.n += 1
+        return x * self.n
+
+
+def test_a_buffer_written_but_never_read_is_dropped_and_one_that_is_read_refused(tmp_path) -> None:
+    """A buffer the program overwrites before any read (noise drawn into it each call): no answer depends on
+    what a call leaves there, so the package drops the write, as torch.export takes it (non-strict); with a
+    noise scale of zero it answers as eager, with one it draws new noise each call. A counter the program
+    reads (``self.n += 1``) is state its answers depend on: still refused, with what to do."""
+    x = torch.randn(3, 4)
+    quiet = _NoisyLinear(0.0).eval()
+    exported = torchmux.export(quiet, (x,), backend="eager")
+    loaded = torchmux.load(exported.save(tmp_path / "quiet.tmux"))
+    torch.testing.assert_close(loaded(x), nn.functional.linear(x, quiet.weight, quiet.bias))
+    noisy = torchmux.load(torchmux.export(_NoisyLinear(1.0).eval(), (x,), backend="eager").save(tmp_path / "n.tmux"))
+    assert not torch.equal(noisy(x), noisy(x))
+    with pytest.raises(BadArgumentError, match=r"writes state \(buffer_mutation n\)"):
+        torchmux.export(_Counter().eval(), (x,), backend="eager")
+
+
 def test_cnn_with_batch_norm_on_auto_and_eager(tmp_path) -> None:
     torch.manual_seed(1)
     model, args = zoo.build("resnet", 2)
