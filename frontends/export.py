@@ -264,7 +264,8 @@ def _normalize(program: torch.export.ExportedProgram) -> tuple[GraphIR, list[tor
 
         decomposed = _remove_effect_tokens(decomposed)
     signature = decomposed.graph_signature
-    unread = _unread_buffers(decomposed.graph_module, signature.input_specs)
+    buffers = {str(o.target) for o in signature.output_specs if o.kind == OutputKind.BUFFER_MUTATION}
+    unread = _unread_buffers(decomposed.graph_module, signature.input_specs, buffers) if buffers else set()
     mutating = [
         o
         for o in signature.output_specs
@@ -297,8 +298,8 @@ def _normalize(program: torch.export.ExportedProgram) -> tuple[GraphIR, list[tor
     return ir, weights, written
 
 
-def _unread_buffers(gm: torch.fx.GraphModule, specs: Sequence[Any]) -> set[str]:
-    """The buffers whose values the program never reads (a NoisyNet layer drawing its noise into its own
+def _unread_buffers(gm: torch.fx.GraphModule, specs: Sequence[Any], buffers: set[str]) -> set[str]:
+    """Of the buffers the program writes (``buffers``), those whose values it never reads (a NoisyNet layer drawing its noise into its own
     buffers each call: ``torch.randn(..., out=self.epsilon)``): no output of the functional graph, the new
     values written back included, depends on what the buffer held, so no answer of this call or a later
     one depends on what a call leaves there, and a package may drop the write (as it drops an input's,
@@ -309,7 +310,7 @@ def _unread_buffers(gm: torch.fx.GraphModule, specs: Sequence[Any]) -> set[str]:
     output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     unread = set()
     for spec in specs:
-        start = placeholders.get(spec.arg.name) if spec.kind.name == "BUFFER" else None
+        start = placeholders.get(spec.arg.name) if spec.kind.name == "BUFFER" and spec.target in buffers else None
         if start is None:
             continue
         reached = {start}

@@ -242,6 +242,7 @@ def _install(m: Any, notes: list[int], all_methods: bool = False) -> None:
     if all_methods:
         todo = [n for n in dir(cls) if not _PRIVATE.match(n) and not n.startswith("__")]
     seen: set[str] = set()
+    dicts, functions = attrs.held_by(m), held_functions(m)
     while todo:
         name = todo.pop()
         if name in seen:
@@ -260,7 +261,7 @@ def _install(m: Any, notes: list[int], all_methods: bool = False) -> None:
             continue  # the user set this on the instance: leave it
         if not isinstance(fn, types.FunctionType) or not _is_user_code(fn):
             continue
-        done = mend_function(fn, method=True, attr_dicts=attrs.held_by(m), functions=held_functions(m))
+        done = mend_function(fn, method=True, attr_dicts=dicts, functions=functions)
         todo.extend(done.methods)
         if name == "forward" and done.pure_calls is not None and isinstance(m, torch.nn.Module):
             rt.PURE_FORWARDS[cls] = (fn, done.pure_calls)  # loops over such modules may be masked
