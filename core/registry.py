@@ -38,6 +38,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class PluginProblem:
+    """A plugin that failed to import or register: its entry point's name, its distribution, what went wrong."""
+
     plugin: str
     package: str
     error: str
@@ -60,6 +62,8 @@ class BackendInfo:
 
 @dataclass
 class _Entry:
+    """A registered backend and the plugin (and distribution) it came from."""
+
     backend: Backend
     plugin: str
     package: str

@@ -18,6 +18,9 @@ _DEFINED: dict[str, Setting] = {}
 
 @dataclass(frozen=True)
 class Setting(Generic[T]):
+    """One environment variable: its name, the value when unset or empty, how its text is read, and what
+    it does (the text a bad value's error ends with)."""
+
     name: str
     default: T
     parse: Callable[[str], T]
