@@ -510,13 +510,23 @@ def _wiring(parent: torch.fx.GraphModule) -> tuple[list[list[list[int]]], list[l
 
 def _breaks(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
     """One line per break ``torchmux.explain`` finds, with the user's file:line: the breaks left after
-    the mend pass, or where it leaves none (export refused what Dynamo's graphs take), those without it."""
+    the mend pass, or where it leaves none (export refused what Dynamo's graphs take), those without it.
+    ``explain`` runs the program, so it runs on copies of the model and inputs: a refused export leaves the
+    user's model as it was (a first call's initialization not done, a counter not counted)."""
+    import itertools
+
+    from ..frontends.mend.verdict import copies
+    from .compile import VERDICT_COPY_BYTES
     from .explain import explain
 
+    held = sum(t.numel() * t.element_size() for t in itertools.chain(model.parameters(), model.buffers()))
+    if held > VERDICT_COPY_BYTES:
+        return ["  (torchmux.explain(model, *args) lists the breaks: it runs the model, too large to copy here)"]
     lines: list[str] = []
     try:
         for mend in (True, False):
-            report = explain(model, *args, mend=mend, **kwargs)
+            m, a, k = copies(model, args, kwargs)
+            report = explain(m, *a, mend=mend, **k)
             found = list(report.break_reasons) + list(report.not_captured)
             lines = [f"  break: {b}" for b in found]
             if lines:
@@ -713,7 +723,11 @@ def _plan(
         "device": device,
         "threads": torch.get_num_threads(),
         "graph": {"name": frozen.name, "ops": len(frozen.op_nodes), "fingerprint": captured.ir.fingerprint()},
-        "capture": {"strict": captured.strict, "mended": captured.mended},
+        "capture": {
+            "strict": captured.strict,
+            "mended": captured.mended,
+            "fixed": {name: pkg.tensor_digest(value) for name, value in sorted(captured.fixed.items())},
+        },
         "candidates": [
             {
                 "backend": m.backend,

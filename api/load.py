@@ -609,6 +609,17 @@ class LoadedModel(_Call):
         runs is rebuilt with them and checked against eager on the new weights, else eager runs them."""
         program = self.program()
         current = program.state_dict
+        # buffers a branch tests, fixed at export (frontends/export.py _export_fixed): not the program's
+        # state, but the model's state dict has them; they may only come back with the same values
+        fixed = self.plan["capture"].get("fixed") or {}
+        for k in sorted(set(fixed) & set(state_dict)):
+            v = state_dict[k]
+            if not isinstance(v, torch.Tensor) or pkg.tensor_digest(v) != fixed[k]:
+                raise BadArgumentError(
+                    f"load_state_dict: {k} is a buffer the program branches on, fixed at export; these weights "
+                    "give it another value: export again with them (the package keeps serving its current weights)"
+                )
+        state_dict = {k: v for k, v in state_dict.items() if k not in fixed}
         missing = sorted(set(current) - set(state_dict))
         unexpected = sorted(set(state_dict) - set(current))
         if unexpected or (strict and missing):
@@ -708,8 +719,10 @@ def inspect_package(path: str | Path) -> str:
         f"  graph: {plan['graph']['name']}, {plan['graph']['ops']} ops, fingerprint {plan['graph']['fingerprint'][:16]}; "
         f"capture: {'strict' if plan['capture']['strict'] else 'non-strict'} torch.export"
         + (", after the mend pass" if plan["capture"]["mended"] else ""),
-        "  inputs:",
     ]
+    for name, d in (plan["capture"].get("fixed") or {}).items():
+        lines.append(f"  fixed buffer (a branch tests it): {name} {d['dtype']}{d['shape']}, sha256 {d['sha256'][:16]}")
+    lines.append("  inputs:")
     for i, s in enumerate(plan["inputs"]):
         lines.append(f"    {i}: {s['dtype']}{s['shape']} on {s['device']}")
     names = plan.get("names") or {}

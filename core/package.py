@@ -318,6 +318,18 @@ def signing_key() -> tuple[str, bytes]:
     return "user", _key()
 
 
+def tensor_digest(t: torch.Tensor) -> dict[str, Any]:
+    """A tensor's dtype, shape and the SHA-256 of its values: what a package records of a value it holds
+    fixed, to tell whether another tensor is the same value without storing it twice."""
+    flat = t.detach().to("cpu").contiguous().reshape(-1)
+    raw = flat.view(torch.uint8) if flat.numel() else flat.to(torch.uint8)
+    return {
+        "dtype": str(t.dtype).removeprefix("torch."),
+        "shape": list(t.shape),
+        "sha256": hashlib.sha256(raw.numpy().tobytes()).hexdigest(),
+    }
+
+
 def _signature(key: bytes, name: str, digest: str) -> str:
     return hmac.new(key, f"{name}\0{digest}".encode(), hashlib.sha256).hexdigest()
 

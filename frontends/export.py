@@ -15,7 +15,11 @@ behind both are one:
    ``torch.where`` where both sides can run, else ``torch.cond``; a ``while`` on a tensor becomes
    ``torch.while_loop``; a check on the data (``if (x < 0).any(): raise ValueError(...)``, ``assert``)
    becomes ``torch._check`` on the test's value, which export keeps as a runtime assertion (the
-   program raises a RuntimeError where eager raised the user's exception). Where it still refuses, :class:`ExportRefused` gives each mode's reason and
+   program raises a RuntimeError where eager raised the user's exception). Before the mend pass, where
+   non-strict export refused a value read from the data, a branch on the model's own **buffers** is
+   fixed (:func:`_export_fixed`): a package is frozen inference, its buffers are constants, and a test
+   on them (``if self.initialized.item() == 0:``, the first-call initialization of ActNorm and
+   data-dependent inits) has one answer for every call. Where it still refuses, :class:`ExportRefused` gives each mode's reason and
    lists every break with the user's file:line, from ``torchmux.explain``: never a silently partial
    package.
 2. **Normalize.** ``ExportedProgram.run_decompositions()`` gives functional Core ATen with parameters,
@@ -39,7 +43,7 @@ from __future__ import annotations
 import inspect
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -67,6 +71,8 @@ class Captured:
     weights: list[torch.Tensor]  # the lifted weights, in the IR's placeholder order
     strict: bool
     mended: bool  # export took the program only after the mend pass rewrote it
+    #: buffers the program read as Python numbers, fixed at these values (:func:`_export_fixed`)
+    fixed: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def capture(
@@ -107,6 +113,12 @@ def capture(
         if _is_argument_error(program):
             raise ExportRefused(_refusal([(_mode_name(mode), program)], breaks)) from program
         refusals.append((_mode_name(mode), program))
+    if any(_data_dependent(e) for _, e in refusals):
+        fixed = _export_fixed(model, args, kwargs, dynamic_shapes)
+        if not isinstance(fixed, BaseException):
+            return _captured(fixed[0], False, False, fixed[1])
+        if not isinstance(fixed, _NothingFixed):
+            refusals.append(("non-strict, the buffers it branches on fixed", fixed))
     if mend:
         mended = _export_mended(model, args, kwargs, dynamic_shapes, modes)
         if not isinstance(mended, list):
@@ -138,7 +150,9 @@ def _check_leaves(model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[st
                 )
 
 
-def _captured(program: torch.export.ExportedProgram, strict: bool, mended: bool) -> Captured:
+def _captured(
+    program: torch.export.ExportedProgram, strict: bool, mended: bool, fixed: dict[str, torch.Tensor] | None = None
+) -> Captured:
     ir, weights, written = _normalize(program)
     if written:
         warnings.warn(
@@ -147,7 +161,14 @@ def _captured(program: torch.export.ExportedProgram, strict: bool, mended: bool)
             "same outputs and do not write the caller's tensors",
             stacklevel=3,
         )
-    return Captured(program, ir, weights, strict, mended)
+    if fixed:
+        warnings.warn(
+            f"torchmux.export: the program branches on the value of buffer(s) {', '.join(sorted(fixed))}; the "
+            "package holds them fixed at their values now (a package's buffers are constants), and its "
+            "load_state_dict takes only those values for them: export again to change them",
+            stacklevel=3,
+        )
+    return Captured(program, ir, weights, strict, mended, dict(fixed or {}))
 
 
 def _mode_name(strict: bool) -> str:
@@ -180,6 +201,132 @@ def _unsound(program: torch.export.ExportedProgram) -> Exception | None:
             "a parameter's .data read in the forward)"
         )
     return None
+
+
+def _data_dependent(e: BaseException) -> bool:
+    """A refusal on a value read from the data (``.item()``, ``bool()`` of a tensor) that a branch tests."""
+    return type(e).__name__ == "GuardOnDataDependentSymNode" or "data-dependent" in str(e)
+
+
+class _NothingFixed(Exception):
+    """The program reads no buffer as a Python number: fixing buffers cannot take it."""
+
+
+#: what turns a tensor into a Python value a branch can test
+_AS_NUMBER = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "__index__"})
+
+
+class _BufferReads(torch.overrides.TorchFunctionMode):
+    """While non-strict export traces: every op whose tensors are the demoted buffers (real tensors there,
+    where the user's inputs and weights are fake) or values computed from them alone runs on the real
+    values, outside tracing, so a test on them has its answer; records which buffers reach a Python
+    number (``.item()``, ``bool()``, ...). An op that mixes them with traced (fake) values is traced as
+    usual (export lifts the real tensor as a constant)."""
+
+    def __init__(self, roots: Mapping[int, torch.Tensor], names: Mapping[int, str]) -> None:
+        super().__init__()
+        self.sources: dict[int, frozenset[str]] = {i: frozenset({names[i]}) for i in roots}
+        self.keep: list[Any] = list(roots.values())  # the objects whose ids ``sources`` holds stay alive
+        self.read: set[str] = set()
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        from torch._subclasses.fake_tensor import is_fake
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        kwargs = kwargs or {}
+        tensors = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+        sources = frozenset().union(*(self.sources.get(id(t), frozenset()) for t in tensors))
+        if not sources or any(is_fake(t) for t in tensors):
+            return func(*args, **kwargs)
+        if getattr(func, "__name__", "") in _AS_NUMBER:
+            self.read |= sources
+        with _disable_current_modes():
+            out = func(*args, **kwargs)
+        for o in pytree.tree_leaves(out):
+            if isinstance(o, torch.Tensor):
+                self.sources[id(o)] = sources
+                self.keep.append(o)
+        return out
+
+
+def _export_fixed(
+    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], dynamic_shapes: Any
+) -> tuple[torch.export.ExportedProgram, dict[str, torch.Tensor]] | BaseException:
+    """Non-strict export with the buffers the program reads as Python numbers fixed: the program and those
+    buffers' values, or why not.
+
+    Export traces buffers as fake tensors, so ``if self.initialized.item() == 0:`` is a test on unknown
+    data. A package's buffers are constants (frozen inference), so the test has one answer: the model's
+    buffers are demoted to plain attributes holding copies (export then keeps them real), and
+    :class:`_BufferReads` computes what depends on them alone and records which reach a Python number.
+    A second export demotes only those, so every other buffer stays a buffer (``load_state_dict`` can
+    swap it). A copy the program writes (the branch taken initializes the state it tests) is refused: run
+    the model once, then export. The user's module is left as it was."""
+    names = _buffer_names(model)
+    if not names:
+        return _NothingFixed()
+    first = _export_demoted(model, args, kwargs, dynamic_shapes, set(names.values()))
+    if isinstance(first, BaseException):
+        return first
+    read = first[1]
+    if not read:
+        return _NothingFixed()
+    second = _export_demoted(model, args, kwargs, dynamic_shapes, read)
+    if isinstance(second, BaseException):
+        return second
+    program, _, values = second
+    return program, values
+
+
+def _buffer_names(model: torch.nn.Module) -> dict[int, str]:
+    """Each buffer tensor's first name (a buffer shared by two modules has one)."""
+    names: dict[int, str] = {}
+    for name, buf in model.named_buffers(remove_duplicate=False):
+        names.setdefault(id(buf), name)
+    return names
+
+
+def _export_demoted(
+    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], dynamic_shapes: Any, demote: set[str]
+) -> tuple[torch.export.ExportedProgram, set[str], dict[str, torch.Tensor]] | BaseException:
+    """Export non-strict with the buffers named ``demote`` held as plain attributes (copies); the program,
+    the demoted buffers read as Python numbers, and the demoted buffers' values."""
+    names = _buffer_names(model)
+    copies: dict[int, torch.Tensor] = {}  # buffer id -> its copy (one copy for a shared buffer)
+    saved: list[tuple[torch.nn.Module, dict[str, Any]]] = []
+    try:
+        for module in model.modules():
+            own = module._buffers
+            mine = {k: b for k, b in own.items() if b is not None and names.get(id(b)) in demote}
+            if not mine:
+                continue
+            saved.append((module, own))
+            module._buffers = {k: b for k, b in own.items() if k not in mine}
+            for k, b in mine.items():
+                module.__dict__[k] = copies.setdefault(id(b), b.detach().clone())
+        versions = {i: c._version for i, c in copies.items()}
+        reads = _BufferReads({id(c): c for c in copies.values()}, {id(c): names[i] for i, c in copies.items()})
+        refused: Exception | None = None
+        try:
+            with torch.no_grad(), reads:
+                program = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
+        except Exception as e:
+            refused = e
+        written = sorted(names[i] for i, c in copies.items() if c._version != versions[i])
+        if written:  # also where export then failed on what that branch does
+            return BadArgumentError(
+                f"the branch the program takes now writes buffer(s) {', '.join(written)}, which it tests (a "
+                "first-call initialization, as ActNorm's): call the model once on real data so it initializes, "
+                "then export"
+            )
+        if refused is not None:
+            return refused
+        return program, reads.read, {names[i]: c for i, c in copies.items()}
+    finally:
+        for module, own in saved:
+            for k in own:
+                module.__dict__.pop(k, None)
+            module._buffers = own
 
 
 def _is_argument_error(e: BaseException) -> bool:

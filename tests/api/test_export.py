@@ -347,6 +347,60 @@ def test_a_buffer_written_but_never_read_is_dropped_and_one_that_is_read_refused
         torchmux.export(_Counter().eval(), (x,), backend="eager")
 
 
+class _ActNorm(nn.Module):
+    """Glow's activation normalization: the first call sets a shift and a scale from the data, and a buffer
+    records that it has; then a convolution and a batch norm."""
+
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.loc = nn.Parameter(torch.zeros(1, c, 1, 1))
+        self.logs = nn.Parameter(torch.zeros(1, c, 1, 1))
+        self.register_buffer("initialized", torch.tensor(0, dtype=torch.uint8))
+        self.conv, self.bn = nn.Conv2d(c, c, 1), nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        if self.initialized.item() == 0:
+            with torch.no_grad():
+                self.loc.copy_(-x.mean(dim=(0, 2, 3), keepdim=True))
+                self.logs.copy_(-torch.log(x.std(dim=(0, 2, 3), keepdim=True) + 1e-6))
+                self.initialized.fill_(1)
+        return self.bn(self.conv((x + self.loc) * torch.exp(self.logs)))
+
+
+def test_a_branch_on_a_buffer_is_fixed_at_export_and_a_first_call_init_refused(tmp_path) -> None:
+    """torch.export traces buffers as unknown data, so ``if self.initialized.item() == 0:`` refuses in both
+    modes. A package's buffers are constants: the test has one answer, and the package holds that buffer
+    fixed (with a warning), its branch taken once at export; the other buffers stay swappable. A model
+    whose branch would write the buffer it tests (not yet initialized) is refused with what to do, and
+    left as it was; a state dict that changes the fixed buffer is refused and the old weights serve on."""
+    torch.manual_seed(5)
+    x = torch.randn(2, 3, 5, 5)
+    model = _ActNorm(3).eval()
+    with pytest.raises(torchmux.TorchmuxError, match="writes buffer\\(s\\) initialized.*call the model once"):
+        torchmux.export(model, (x,), backend="eager")
+    assert model.initialized.item() == 0 and not model.loc.any()  # export left the model as it was
+    model(x)  # the first call initializes it
+    with pytest.warns(UserWarning, match="branches on the value of buffer\\(s\\) initialized"):
+        exported = torchmux.export(model, (x,), backend="onnxruntime")
+    assert exported.backend == "onnxruntime"
+    path = exported.save(tmp_path / "actnorm.tmux")
+    result = _load_in_child(path, (x,), _eager(model, x))
+    assert result["backend"] == "onnxruntime" and result["warnings"] == [] and result["err"] < 1e-4
+    plan = PackageReader(path).json("plan.json")
+    assert list(plan["capture"]["fixed"]) == ["initialized"]
+    assert "fixed buffer (a branch tests it): initialized uint8[]" in torchmux.api.load.inspect_package(path)
+    m = torchmux.load(path)
+    sd = {k: v.clone() for k, v in model.state_dict().items()}
+    sd["bn.running_mean"] += 1.0
+    changed = {**sd, "initialized": torch.tensor(0, dtype=torch.uint8)}
+    with pytest.raises(BadArgumentError, match="initialized is a buffer the program branches on"):
+        m.load_state_dict(changed)
+    model.load_state_dict(sd)
+    m.load_state_dict(sd)  # the same fixed value: taken, with the new statistics
+    with torch.no_grad():
+        torch.testing.assert_close(m(x), model(x), rtol=1e-4, atol=1e-4)
+
+
 def test_cnn_with_batch_norm_on_auto_and_eager(tmp_path) -> None:
     torch.manual_seed(1)
     model, args = zoo.build("resnet", 2)

@@ -244,7 +244,13 @@ def _exports(program: Any, seconds: int, capture: Any, observe: Any, same: Any) 
         captured = capture(model, args, mend=True)
         seen = observe(captured.program.module(), copy.deepcopy(args))
         differs = same(reference, seen)
-        return {"strict": captured.strict, "mended": captured.mended, "correct": not differs, "differs": differs[:160]}
+        return {
+            "strict": captured.strict,
+            "mended": captured.mended,
+            "fixed": sorted(captured.fixed),
+            "correct": not differs,
+            "differs": differs[:160],
+        }
 
     return {
         "nonstrict": _bounded(seconds, export(False)),
@@ -378,6 +384,15 @@ def _same_outputs(step: dict[str, Any]) -> bool:
     return bool(step["correct"]) or step["differs"].startswith("text ")
 
 
+def _how(took: dict[str, Any]) -> str:
+    """How torchmux took a module: export's mode, after the mend pass, with buffers a branch tests fixed."""
+    return (
+        ("strict" if took["strict"] else "non-strict")
+        + (", mended" if took["mended"] else "")
+        + (", buffers fixed" if took.get("fixed") else "")
+    )
+
+
 def _mark(step: dict[str, Any]) -> str:
     return "yes" if step["ok"] else "no"
 
@@ -400,9 +415,7 @@ def report(records: list[dict[str, Any]], files: int, verbose: bool = False) -> 
                 continue
             how = ""
             if r["torchmux"]["ok"]:
-                how = ("strict" if r["torchmux"]["strict"] else "non-strict") + (
-                    " mended" if r["torchmux"]["mended"] else ""
-                )
+                how = _how(r["torchmux"])
                 how += "" if r["torchmux"]["correct"] else f" WRONG {r['torchmux']['differs'][:60]}"
             else:
                 how = r["torchmux"]["why"][:110]
@@ -440,12 +453,8 @@ def report(records: list[dict[str, Any]], files: int, verbose: bool = False) -> 
         for r in some
         if r["torchmux"]["ok"] and not (r["nonstrict"]["ok"] or r["strict"]["ok"])
     ]
-    print(f"torchmux takes, torch.export does not (the mend pass): {gained or 'none'}")
-    via = collections.Counter(
-        ("strict" if r["torchmux"]["strict"] else "non-strict") + (", mended" if r["torchmux"]["mended"] else "")
-        for r in some
-        if r["torchmux"]["ok"]
-    )
+    print(f"torchmux takes, torch.export does not (the mend pass, fixed buffers): {gained or 'none'}")
+    via = collections.Counter(_how(r["torchmux"]) for r in some if r["torchmux"]["ok"])
     print(f"how torchmux took them: {dict(via)}")
     ran = [r for r in some if r["torchmux"]["ok"]]
     wrong = [
