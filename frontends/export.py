@@ -312,12 +312,19 @@ def _export_demoted(
                 program = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
         except Exception as e:
             refused = e
+        # a write to a copy is one the program would lose: refused (also where export then failed on it)
         written = sorted(names[i] for i, c in copies.items() if c._version != versions[i])
-        if written:  # also where export then failed on what that branch does
+        tested = [name for name in written if name in reads.read]
+        if tested:
             return BadArgumentError(
-                f"the branch the program takes now writes buffer(s) {', '.join(written)}, which it tests (a "
+                f"the branch the program takes now writes buffer(s) {', '.join(tested)}, which it tests (a "
                 "first-call initialization, as ActNorm's): call the model once on real data so it initializes, "
                 "then export"
+            )
+        if written:
+            return BadArgumentError(
+                f"the exported program writes state (buffer(s) {', '.join(written)}): a package is for inference; "
+                "call model.eval(), or train with torchmux.compile"
             )
         if refused is not None:
             return refused

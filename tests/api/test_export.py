@@ -367,6 +367,18 @@ class _ActNorm(nn.Module):
         return self.bn(self.conv((x + self.loc) * torch.exp(self.logs)))
 
 
+class _CountingGate(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("n", torch.zeros(()))
+
+    def forward(self, x):
+        self.n += 1
+        if x.sum() > 0:
+            return x * self.n
+        return -x
+
+
 def test_a_branch_on_a_buffer_is_fixed_at_export_and_a_first_call_init_refused(tmp_path) -> None:
     """torch.export traces buffers as unknown data, so ``if self.initialized.item() == 0:`` refuses in both
     modes. A package's buffers are constants: the test has one answer, and the package holds that buffer
@@ -399,6 +411,11 @@ def test_a_branch_on_a_buffer_is_fixed_at_export_and_a_first_call_init_refused(t
     m.load_state_dict(sd)  # the same fixed value: taken, with the new statistics
     with torch.no_grad():
         torch.testing.assert_close(m(x), model(x), rtol=1e-4, atol=1e-4)
+    # a counter (state) beside a branch on the data: still refused as state, and the model not run
+    gate = _CountingGate().eval()
+    with pytest.raises(torchmux.TorchmuxError, match="writes state"):
+        torchmux.export(gate, (x,), backend="eager")
+    assert gate.n.item() == 0
 
 
 def test_cnn_with_batch_norm_on_auto_and_eager(tmp_path) -> None:
