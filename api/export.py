@@ -582,12 +582,18 @@ def _check_range(
     ir: GraphIR, captured: Captured, results: list[Measurement], flat: Sequence[torch.Tensor]
 ) -> list[Measurement]:
     """With dynamic shapes, each correct candidate also answers right at the largest declared size
-    (capped): an artifact must cover the range the package promises, not only the example's sizes."""
+    (capped): an artifact must cover the range the package promises, not only the example's sizes. The
+    values are drawn from the example's own range (a loss whose inputs are probabilities gets
+    probabilities); where the program itself raises on them (an index out of its range), they are not
+    inputs it takes, and the check is left to the example's sizes."""
     sizes = _largest_sizes(captured.program, flat)
-    if sizes is None:
+    if sizes is None or all(list(a.shape) == s for a, s in sizes):  # only unbacked values are symbolic
         return results
-    big = [torch.randn(s, dtype=a.dtype, device=a.device) if a.is_floating_point() else _like(a, s) for a, s in sizes]
-    ref = ir.run_reference(*big)
+    big = [_like(a, s) for a, s in sizes]
+    try:
+        ref = ir.run_reference(*big)
+    except Exception:  # noqa: BLE001 -- the program's own refusal of these values, not a backend's fault
+        return results
     for m in results:
         if not m.ok or m.placement is None:
             continue
@@ -601,9 +607,17 @@ def _check_range(
 
 
 def _like(a: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
-    """Integer inputs (token ids) at a new shape: values drawn from the example's own range."""
-    lo, hi = (int(a.min()), int(a.max()) + 1) if a.numel() else (0, 1)
-    return torch.randint(lo, max(hi, lo + 1), tuple(shape), dtype=a.dtype, device=a.device)
+    """An input at a new shape, its values drawn uniformly from the example's own range (token ids stay
+    ids, probabilities stay probabilities)."""
+    if a.is_complex():
+        return torch.randn(tuple(shape), dtype=a.dtype, device=a.device)
+    if a.is_floating_point():
+        lo, hi = (float(a.min()), float(a.max())) if a.numel() else (0.0, 1.0)
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            return torch.randn(tuple(shape), dtype=a.dtype, device=a.device)
+        return torch.rand(tuple(shape), dtype=a.dtype, device=a.device) * (hi - lo) + lo
+    lo_i, hi_i = (int(a.min()), int(a.max()) + 1) if a.numel() else (0, 1)
+    return torch.randint(lo_i, max(hi_i, lo_i + 1), tuple(shape), dtype=a.dtype, device=a.device)
 
 
 def _largest_sizes(

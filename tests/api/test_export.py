@@ -418,6 +418,29 @@ def test_a_branch_on_a_buffer_is_fixed_at_export_and_a_first_call_init_refused(t
     assert gate.n.item() == 0
 
 
+class _Binned(nn.Module):
+    """A gradient-harmonizing loss's binning: probabilities index a table of four bins counted with .item()."""
+
+    def forward(self, p):
+        idx = torch.floor(p * 3.9999).long()
+        counts = torch.zeros(4)
+        for i in range(4):
+            counts[i] = (idx == i).sum().item()
+        return (1.0 / counts.clamp(min=1))[idx]
+
+
+def test_a_program_with_values_read_as_numbers_and_no_dynamic_input_is_exported_as_is() -> None:
+    """The ``.item()`` counts are symbols of the program, not sizes of its inputs: the check at the largest
+    declared sizes has nothing to check (it ran the program on standard-normal values, which index past the
+    table, and the export failed with the reference's IndexError); where it does run, its values come from
+    the example's range, and a program that raises on them is left to the example."""
+    torch.manual_seed(0)
+    p = torch.rand(4, 4)
+    model = _Binned().eval()
+    exported = torchmux.export(model, (p,), backend="eager")
+    torch.testing.assert_close(exported(p), model(p))
+
+
 def test_cnn_with_batch_norm_on_auto_and_eager(tmp_path) -> None:
     torch.manual_seed(1)
     model, args = zoo.build("resnet", 2)
