@@ -16,11 +16,17 @@ the last lines its child wrote).
 - ``no_grad``: the same with the export and compile under ``torch.no_grad()`` (what the bench does);
 - ``constants_outside``: ``aot_inductor.package_constants_in_so=False`` and the weights handed over with
   ``load_constants`` (what torchmux's ``inductor`` backend does);
+- ``fresh_load``: the ``docs`` package, then loaded by two fresh processes that never compiled, one cold,
+  one after the model's eager call (each one's end is a step line);
 - ``torchmux_inductor`` / ``torchmux_auto``: ``torchmux.export(model, args, backend="inductor" / "auto")``
   under ``torch.no_grad()``, each candidate tried in the trial child first (a crash there is a plan row,
   printed), then saved, loaded back and called. On the H200 (torch 2.11, 2026-11-27) the named ``inductor``
   export's child died in ``aoti_load_package`` on every model tried while the same libraries loaded under
   ``auto`` in the bench: these two variants, on one model in one run, say whether the name alone decides.
+
+On the H200 on 2026-11-28 (torch 2.11) every variant that loads a CUDA package died in ``_load_aoti``, and so
+did a package built by one process and loaded by a fresh one, cold or after eager kernels and a cuBLAS handle:
+AOTInductor's loader on that machine, not the way it is called (README, "It is AOTInductor's loader").
 
 On a CPU it runs the same steps (they pass here: a regression check of the script, not of the crash).
 """
@@ -38,7 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-VARIANTS = ("docs", "no_grad", "constants_outside", "torchmux_inductor", "torchmux_auto")
+VARIANTS = ("docs", "no_grad", "constants_outside", "fresh_load", "torchmux_inductor", "torchmux_auto")
 #: lines of a failing child's log printed under its summary line (a crash's stacks)
 TAIL_LINES = 60
 
@@ -67,6 +73,9 @@ def _child(variant: str, model_name: str, device: str) -> None:
         program = torch.export.export(model, args)
         step("aoti_compile_and_package")
         aoti_compile_and_package(program, package_path=path, inductor_configs=configs)
+    if variant == "fresh_load":
+        _fresh_loads(path, model_name, device, step)
+        return
     step(f"aoti_load_package ({os.path.getsize(path)} bytes)")
     loaded = aoti_load_package(path)
     if variant == "constants_outside":
@@ -81,6 +90,27 @@ def _child(variant: str, model_name: str, device: str) -> None:
             torch.cuda.synchronize()
         got = out[0] if isinstance(out, (list, tuple)) else out
         step(f"call {k + 1} done, max |diff| against eager {float((got - ref).abs().max()):.3g}")
+    step("ok")
+
+
+def _fresh_loads(path: str, model_name: str, device: str, step: Callable[[str], None]) -> None:
+    """The package this process built, loaded by fresh processes that never compiled: cold, and after the
+    model's eager call (its kernels, a cuBLAS handle): whether a process's state decides the load."""
+    code = (
+        "import sys, torch; from torch._inductor import aoti_load_package; from torchmux.bench.zoo import build\n"
+        "m, a = build(sys.argv[2], 8); m, a = m.to(sys.argv[3]), tuple(x.to(sys.argv[3]) for x in a)\n"
+        "if sys.argv[4] == 'warm':\n    with torch.no_grad(): m(*a)\n"
+        "with torch.no_grad(): out = aoti_load_package(sys.argv[1])(*a)\nprint('answered', flush=True)"
+    )
+    for warm in ("cold", "warm"):
+        step(f"aoti_load_package in a fresh process ({warm})")
+        run = subprocess.run(
+            [sys.executable, "-X", "faulthandler", "-c", code, path, model_name, device, warm],
+            capture_output=True,
+            text=True,
+        )
+        how = f"killed by {signal.Signals(-run.returncode).name}" if run.returncode < 0 else f"exit {run.returncode}"
+        step(f"fresh process ({warm}): {how}; " + " | ".join((run.stdout + run.stderr).strip().splitlines()[-3:]))
     step("ok")
 
 
