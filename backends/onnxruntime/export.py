@@ -181,11 +181,16 @@ def _squeeze_only_ones(graph: Any) -> None:
 BY_REFERENCE = "torchmux:program-weight"
 
 
-def weights_by_reference(data: bytes, weights: Mapping[str, Any]) -> tuple[bytes, dict[str, str]]:
+def weights_by_reference(
+    data: bytes, weights: Mapping[str, Any], transposed: dict[str, str] | None = None
+) -> tuple[bytes, dict[str, str]]:
     """The model ``data`` with each initializer that holds one of ``weights`` (name -> CPU tensor) byte
     for byte turned into a reference (external data at :data:`BY_REFERENCE`, no bytes), and the map
     initializer -> weight name. A package stores the program's weights once, in the program; the loader
-    hands ONNX Runtime those arrays (``SessionOptions.add_external_initializers``, no copy)."""
+    hands ONNX Runtime those arrays (``SessionOptions.add_external_initializers``, no copy).
+    ``transposed``: also an initializer that is a 2-D weight transposed (ONNX Runtime's optimizer folds
+    a weight's ``Transpose`` into one), recorded there (initializer -> weight name); the loader hands
+    over the weight transposed (one copy)."""
     import hashlib
 
     import onnx
@@ -194,6 +199,7 @@ def weights_by_reference(data: bytes, weights: Mapping[str, Any]) -> tuple[bytes
         return (dtype, tuple(dims), hashlib.sha256(raw).digest())
 
     index: dict[tuple[Any, ...], str] = {}
+    flipped: dict[tuple[Any, ...], str] = {}
     for name, t in weights.items():
         if not isinstance(t, torch.Tensor) or t.device.type != "cpu":
             continue
@@ -201,22 +207,29 @@ def weights_by_reference(data: bytes, weights: Mapping[str, Any]) -> tuple[bytes
             array = t.detach().contiguous().numpy()
         except TypeError:  # a dtype NumPy cannot hold (bfloat16): the model keeps that initializer itself
             continue
-        index.setdefault(key(onnx.helper.np_dtype_to_tensor_dtype(array.dtype), t.shape, array.tobytes()), name)
+        dtype = onnx.helper.np_dtype_to_tensor_dtype(array.dtype)
+        index.setdefault(key(dtype, t.shape, array.tobytes()), name)
+        if transposed is not None and array.ndim == 2:
+            flipped.setdefault(key(dtype, t.shape[::-1], array.T.tobytes()), name)
     model = onnx.load_from_string(data)
     refs: dict[str, str] = {}
     for init in model.graph.initializer:
         if init.data_location == onnx.TensorProto.EXTERNAL or not init.raw_data:
             continue
-        weight = index.get(key(init.data_type, init.dims, init.raw_data))
-        if weight is None:
+        k = key(init.data_type, init.dims, init.raw_data)
+        weight = index.get(k)
+        if weight is None and transposed is not None and k in flipped:
+            transposed[init.name] = weight = flipped[k]
+        elif weight is None:
             continue
         init.ClearField("raw_data")
         init.data_location = onnx.TensorProto.EXTERNAL
         del init.external_data[:]
         entry = init.external_data.add()
         entry.key, entry.value = "location", BY_REFERENCE
-        refs[init.name] = weight
-    return (model.SerializeToString() if refs else data), refs
+        if init.name not in (transposed or {}):
+            refs[init.name] = weight
+    return (model.SerializeToString() if refs or transposed else data), refs
 
 
 def _transposes_into_gemm(model: Any) -> None:

@@ -614,15 +614,46 @@ def _open(
 # calls it: nothing between the package's input check and the session.
 def save_graph(graph: OrtGraph, program: Any = None) -> extend.SavedGraph:
     """The exported model (portable: ONNX Runtime's hardware-specific passes run again at load), each
-    initializer that is one of ``program``'s weights stored by reference: the package holds it once."""
+    initializer that is one of ``program``'s weights stored by reference: the package holds it once.
+
+    Beside it, on the CPU provider, the model after ONNX Runtime's extended optimizations (the one the
+    compiled session ran, ``model.opt.onnx``): what ONNX Runtime's docs call offline optimization, saved so
+    that a load does not run those passes again (~6 ms of a 16 ms session on tiny BERT). It holds contrib
+    ops of this ONNX Runtime and initializers its fusions derived from weights (stored in it), so a load
+    opens it only under the same ONNX Runtime version, and only where it stays small: weights fused into
+    new initializers (a BERT's attention) would store them twice, and then only the portable model is
+    kept. ``layout``: whether it has ops the hardware-specific layout passes rewrite (convolutions,
+    pooling, resizes); a load runs ONNX Runtime's full optimization level on those, and none on the rest."""
+    weights = {**program.state_dict, **program.constants} if program is not None else {}
     data = (graph.folder / "model.onnx").read_bytes()
     refs: dict[str, str] = {}
-    if program is not None:
-        data, refs = weights_by_reference(data, {**program.state_dict, **program.constants})
-    return extend.SavedGraph(
+    if weights:
+        data, refs = weights_by_reference(data, weights)
+    files, meta = (
         {"model.onnx": data},
         {"providers": list(graph.providers), "onnxruntime": ort.__version__, "weights": refs},
     )
+    optimized = graph.folder / "model.opt.onnx"
+    if list(graph.providers) == [CPU] and optimized.exists():
+        transposed: dict[str, str] = {}
+        opt, opt_refs = weights_by_reference(optimized.read_bytes(), weights, transposed)
+        if len(opt) <= 2 * len(data) + OPTIMIZED_EXTRA_BYTES:
+            files["model.opt.onnx"] = opt
+            meta["optimized"] = {"weights": opt_refs, "transposed": transposed, "layout": _has_layout_ops(opt)}
+    return extend.SavedGraph(files, meta)
+
+
+#: what a package's optimized model may add to the portable one's bytes (initializers its fusions derived)
+OPTIMIZED_EXTRA_BYTES = 1 << 20
+
+
+def _has_layout_ops(data: bytes) -> bool:
+    """Whether ONNX Runtime's layout passes (level 3: NCHWc on the CPU, NHWC for quantized convolutions)
+    could rewrite any node of the model ``data``: a convolution, a pooling, a resize or a batch norm."""
+    import onnx
+
+    kinds = {n.op_type for n in onnx.load_from_string(data).graph.node}
+    return any("Conv" in k or "Pool" in k or k in ("Resize", "Upsample", "BatchNormalization") for k in kinds)
 
 
 class PackagedSession:
@@ -656,24 +687,37 @@ def load_graph(request: extend.LoadRequest) -> PackagedSession:
         raise NotImplementedError(
             "a packaged ONNX model runs on the CPU provider here; CUDA tensors need onnxruntime-gpu's IOBinding path"
         )
-    data = request.saved.files["model.onnx"]
+    meta = request.saved.meta
+    # the model ONNX Runtime optimized at export (save_graph), under the ONNX Runtime that wrote it; else
+    # the portable one, optimized here
+    optimized = meta.get("optimized") if meta.get("onnxruntime") == ort.__version__ else None
+    transposed: dict[str, str] = {}
+    if optimized is not None and "model.opt.onnx" in request.saved.files:
+        data, refs = request.saved.files["model.opt.onnx"], optimized.get("weights") or {}
+        transposed = optimized.get("transposed") or {}
+        level = (
+            ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            if optimized.get("layout", True)
+            else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        )
+    else:
+        data, refs = request.saved.files["model.onnx"], meta.get("weights") or {}
+        level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     # a package's session is the only one of its model in the process: its own arena, as a user of ONNX
     # Runtime gets (the process-wide one compile() shares across its sessions measured ~10% slower here on
     # tiny BERT's many small allocations)
-    so = _session_options(
-        ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-        {**request.options, "intra_op_num_threads": request.threads},
-        shared_arena=False,
-    )
-    refs = request.saved.meta.get("weights") or {}
-    values = []
-    if refs:
+    so = _session_options(level, {**request.options, "intra_op_num_threads": request.threads}, shared_arena=False)
+    values: list[Any] = []
+    if refs or transposed:
         arrays = request.weights()
-        missing = sorted(w for w in refs.values() if w not in arrays)
+        missing = sorted(w for w in (*refs.values(), *transposed.values()) if w not in arrays)
         if missing:
             raise ValueError(f"the model refers to program weights the package lacks: {missing[:5]}")
         # np.require, not np.ascontiguousarray: that one makes a 0-d array 1-d, and ONNX Runtime refuses a
         # scalar initializer (a batch norm's num_batches_tracked) replaced by a tensor of shape [1]
-        values = [ort.OrtValue.ortvalue_from_numpy(np.require(arrays[w], requirements="C")) for w in refs.values()]
-        so.add_external_initializers(list(refs), values)
+        held = [np.require(arrays[w], requirements="C") for w in refs.values()]
+        held += [np.ascontiguousarray(arrays[w].T) for w in transposed.values()]  # a copy each, made here
+        values = [ort.OrtValue.ortvalue_from_numpy(a) for a in held]
+        so.add_external_initializers([*refs, *transposed], values)
+        values += held  # the session reads them in place: kept alive with it
     return PackagedSession(ort.InferenceSession(data, sess_options=so, providers=[CPU]), values)

@@ -11,6 +11,7 @@ import sys
 import textwrap
 import warnings
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ import torch
 import torch.nn as nn
 
 import torchmux
+from torchmux import extend
 from torchmux.api.load import PackageInputError
 from torchmux.bench import zoo
 from torchmux.core.errors import BadArgumentError
@@ -919,6 +921,49 @@ def test_a_scalar_weight_by_reference_keeps_its_shape(tmp_path) -> None:
     assert not [w for w in caught if "saved form failed" in str(w.message)]
     assert "bn.num_batches_tracked" in exported.saved["onnxruntime"].meta["weights"].values()
     result = _load_in_child(exported.save(tmp_path / "bn.tmux"), (x,), _eager(model, x))
+    assert result["backend"] == "onnxruntime" and result["warnings"] == [] and result["err"] < 1e-5
+
+
+class Projection(nn.Module):
+    """Two linears on a 3-D input: ONNX's MatMul reads each weight through a Transpose, which ONNX Runtime's
+    optimizer folds into a transposed copy of the weight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 16), nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.relu(self.a(x)))
+
+
+def test_an_onnx_package_opens_the_model_onnx_runtime_optimized_at_export(tmp_path) -> None:
+    """ONNX Runtime's graph optimizations run once, at export: the package holds the optimized model beside
+    the portable one, the weights its optimizer transposed stored as references to the program's (no second
+    copy), and a load under the same ONNX Runtime opens it with no optimization pass (no convolution to lay
+    out); under another ONNX Runtime version, the portable model, optimized there. Both answer as eager."""
+    import onnxruntime as ort
+
+    from torchmux.backends.onnxruntime import session
+
+    torch.manual_seed(12)
+    model, x = Projection().eval(), torch.randn(2, 5, 8)
+    exported = torchmux.export(model, (x,), backend="onnxruntime")
+    saved = exported.saved["onnxruntime"]
+    optimized = saved.meta["optimized"]
+    assert "model.opt.onnx" in saved.files and optimized["layout"] is False
+    assert set(optimized["transposed"].values()) == {"a.weight", "b.weight"}
+    assert model.a.weight.detach().numpy().T.tobytes() not in saved.files["model.opt.onnx"]
+    program = exported.program
+    arrays = {k: v.detach().numpy() for k, v in {**program.state_dict, **program.constants}.items()}
+    request = extend.LoadRequest(saved, "cpu", 1, {}, lambda: program, lambda: arrays)
+    elsewhere = extend.SavedGraph(saved.files, {**saved.meta, "onnxruntime": "1.0.0"}, saved.native)
+    levels = ort.GraphOptimizationLevel
+    for req, level in ((request, levels.ORT_DISABLE_ALL), (replace(request, saved=elsewhere), levels.ORT_ENABLE_ALL)):
+        fn = session.load_graph(req)
+        assert fn.session.get_session_options().graph_optimization_level == level
+        with torch.no_grad():
+            torch.testing.assert_close(fn(x)[0], model(x), rtol=1e-5, atol=1e-6)
+    result = _load_in_child(exported.save(tmp_path / "projection.tmux"), (x,), _eager(model, x))
     assert result["backend"] == "onnxruntime" and result["warnings"] == [] and result["err"] < 1e-5
 
 
