@@ -113,6 +113,7 @@ def test_package_members_and_inspect(mlp_ort) -> None:
     assert reader.names() == [
         "artifacts/onnxruntime/meta.json",
         "artifacts/onnxruntime/model.onnx",
+        "artifacts/onnxruntime/model.opt.onnx",  # as ONNX Runtime optimized it at export
         "plan.json",
         "program.pt2",
     ]
@@ -131,6 +132,8 @@ def test_package_members_and_inspect(mlp_ort) -> None:
     assert refs and set(refs.values()) == set(weights)
     held = sum(len(i.raw_data) for i in model.graph.initializer)
     assert held < sum(t.numel() * t.element_size() for t in weights.values()) / 100
+    optimized = onnx.load_from_string(reader.read("artifacts/onnxruntime/model.opt.onnx"))
+    assert sum(len(i.raw_data) for i in optimized.graph.initializer) <= held
     # ... and the package reads them back from the program's archive, equal, without deserializing it
     arrays = program_weights(reader.read("program.pt2"))
     assert arrays is not None and set(arrays) == set(weights)
