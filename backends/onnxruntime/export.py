@@ -217,18 +217,17 @@ def weights_by_reference(
         if init.data_location == onnx.TensorProto.EXTERNAL or not init.raw_data:
             continue
         k = key(init.data_type, init.dims, init.raw_data)
-        weight = index.get(k)
-        if weight is None and transposed is not None and k in flipped:
-            transposed[init.name] = weight = flipped[k]
-        elif weight is None:
+        if k in index:
+            refs[init.name] = index[k]
+        elif transposed is not None and k in flipped:
+            transposed[init.name] = flipped[k]
+        else:
             continue
         init.ClearField("raw_data")
         init.data_location = onnx.TensorProto.EXTERNAL
         del init.external_data[:]
         entry = init.external_data.add()
         entry.key, entry.value = "location", BY_REFERENCE
-        if init.name not in (transposed or {}):
-            refs[init.name] = weight
     return (model.SerializeToString() if refs or transposed else data), refs
 
 

@@ -717,7 +717,6 @@ def load_graph(request: extend.LoadRequest) -> PackagedSession:
         # scalar initializer (a batch norm's num_batches_tracked) replaced by a tensor of shape [1]
         held = [np.require(arrays[w], requirements="C") for w in refs.values()]
         held += [np.ascontiguousarray(arrays[w].T) for w in transposed.values()]  # a copy each, made here
-        values = [ort.OrtValue.ortvalue_from_numpy(a) for a in held]
+        values = [ort.OrtValue.ortvalue_from_numpy(a) for a in held]  # each keeps its array alive
         so.add_external_initializers([*refs, *transposed], values)
-        values += held  # the session reads them in place: kept alive with it
     return PackagedSession(ort.InferenceSession(data, sess_options=so, providers=[CPU]), values)
