@@ -27,6 +27,17 @@ submodule's ``forward`` or a helper (frames Dynamo inlines) was dropped, never r
 :func:`_replay_from_inlined_frames` hands ``runtime.deferred``'s calls to the root frame's translator,
 the function reached there through a global Dynamo installs, so they are replayed after the graph in
 the order they were made. Other reorderable functions are left as Dynamo handles them.
+
+**Warnings from code the mend pass does not rewrite** (torch's own ``InstanceNorm2d`` warns when the
+input's channels are not its ``num_features``; a user's ``warnings.warn(..., stacklevel=2)``, which
+:mod:`.effects` leaves alone): ``warnings.warn`` is reorderable too, and the same handler turns a call
+whose message, category and stacklevel are known while tracing into a deferred effect registered
+there (:func:`_warning_effect`), shown once the graph has run with the file, line and module of the
+traced frame ``stacklevel`` names, as Python's own ``warn`` finds them. One difference: Dynamo calls a
+submodule's ``forward`` without ``Module.__call__``'s two frames between, so torch's warning aimed at
+its caller names the user's line that called the submodule, where eager names ``module.py``'s. Any
+other call (a message computed from the data, another keyword) is the break Dynamo gives it without
+the switch.
 """
 
 from __future__ import annotations
@@ -70,9 +81,9 @@ class switches:
             saved.append(("allow_rnn", False))
             cfg.allow_rnn = True
         logging_fns = cfg.reorderable_logging_functions
-        if rt.deferred not in logging_fns:
+        if rt.deferred not in logging_fns or warnings.warn not in logging_fns:
             saved.append(("reorderable_logging_functions", logging_fns))
-            cfg.reorderable_logging_functions = set(logging_fns) | {rt.deferred}
+            cfg.reorderable_logging_functions = set(logging_fns) | {rt.deferred, warnings.warn}
         self._saved = saved
 
     def __exit__(self, *exc: Any) -> None:
@@ -86,6 +97,8 @@ def _replay_from_inlined_frames() -> bool:
     lays it out otherwise (then a deferred effect in an inlined frame is lost, as before)."""
     try:
         from torch._dynamo.source import GlobalSource
+        from torch._dynamo.variables import ConstantVariable
+        from torch._dynamo.variables.functions import SkipFunctionVariable
         from torch._dynamo.variables.misc import DebuggingVariable
     except ImportError:
         return False
@@ -94,17 +107,70 @@ def _replay_from_inlined_frames() -> bool:
         return True
 
     def call_function(self: Any, tx: Any, args: Any, kwargs: Any) -> Any:
+        if getattr(tx, "export", False) or self.value not in (rt.deferred, warnings.warn):
+            return original(self, tx, args, kwargs)
         root = tx
         while getattr(root, "parent", None) is not None:
             root = root.parent
-        if root is tx or self.value is not rt.deferred or getattr(tx, "export", False):
+        if self.value is warnings.warn:
+            key = _warning_effect(tx, args, kwargs)
+            if key is None:
+                return SkipFunctionVariable(warnings.warn).call_function(tx, args, kwargs)
+            args, kwargs = [ConstantVariable.create(key)], {}
+        elif root is tx:
             return original(self, tx, args, kwargs)
-        name = tx.output.install_global_by_id("_torchmux_deferred", self.value)
-        return original(DebuggingVariable(self.value, source=GlobalSource(name)), root, args, kwargs)
+        name = tx.output.install_global_by_id("_torchmux_deferred", rt.deferred)
+        return original(DebuggingVariable(rt.deferred, source=GlobalSource(name)), root, args, kwargs)
 
     call_function._torchmux_root = True  # type: ignore[attr-defined]
     DebuggingVariable.call_function = call_function  # type: ignore[method-assign]
     return True
+
+
+#: (file, line, function, message, category) -> the effect registered for it (one per warning site)
+_WARNINGS: dict[tuple[Any, ...], int] = {}
+
+
+def _warning_effect(tx: Any, args: Any, kwargs: Any) -> int | None:
+    """The deferred effect for ``warnings.warn(*args, **kwargs)`` traced in ``tx``'s frame, or None when the
+    call is not one whose warning is known while tracing: a constant ``str`` message, a constant ``Warning``
+    class for ``category``, a constant ``int`` for ``stacklevel``, no other keyword."""
+    names = ("message", "category", "stacklevel")
+    if len(args) > len(names) or set(kwargs) - set(names[len(args) :]):
+        return None
+    given = dict(zip(names, args)) | dict(kwargs)
+    if not all(v.is_python_constant() for v in given.values()):
+        return None
+    message = given["message"].as_python_constant() if "message" in given else None
+    category = given["category"].as_python_constant() if "category" in given else UserWarning
+    level = given["stacklevel"].as_python_constant() if "stacklevel" in given else 1
+    if not (
+        isinstance(message, str) and isinstance(category, type) and issubclass(category, Warning) and type(level) is int
+    ):
+        return None
+    frame = tx  # the frame stacklevel names; past the traced frames, the outermost one traced
+    for _ in range(level - 1):
+        frame = frame.parent if getattr(frame, "parent", None) is not None else frame
+    code, lineno = frame.f_code, frame.lineno
+    site = (code.co_filename, lineno, code.co_name, message, category)
+    if site not in _WARNINGS:
+        _WARNINGS[site] = rt.register(
+            rt.Effect(
+                kind="warn",
+                callee=_warn_callee,
+                globals=frame.f_globals,
+                filename=code.co_filename,
+                lineno=lineno,
+                funcname=code.co_name,
+                parts=(("const", message),),
+                kwargs=(("category", category),),
+            )
+        )
+    return _WARNINGS[site]
+
+
+def _warn_callee(module_globals: dict[str, Any]) -> Callable[..., None]:
+    return warnings.warn
 
 
 _replay_from_inlined_frames()

@@ -181,6 +181,84 @@ def test_warning_keeps_category_file_and_line() -> None:
     ]
 
 
+class _AdaIN(nn.Module):
+    """An AdaIN as a research repository wrote it: its ``InstanceNorm2d`` is told other channels than it
+    gets, so torch's own code warns on every call (ParityBench's input; Dynamo breaks on that warning)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 1)
+        self.norm = nn.InstanceNorm2d(8)
+
+    def forward(self, x):
+        return self.norm(self.conv(x)).relu()
+
+
+def _warned(stacklevel_two: bool):
+    def check(x):
+        if stacklevel_two:
+            warnings.warn("scaled twice", RuntimeWarning, stacklevel=2)  # aimed at check's caller
+        else:
+            warnings.warn(f"sum {x.sum().item()}", stacklevel=2)  # known only from the data
+        return x * 2
+
+    class Warned(nn.Module):
+        def forward(self, x):
+            return check(x).sin()
+
+    return Warned()
+
+
+def _seen(caught, text):
+    return [(w.filename, w.lineno, w.category, str(w.message)) for w in caught if text in str(w.message)]
+
+
+def test_a_warning_from_torchs_own_code_is_shown_after_one_graph() -> None:
+    model, x = _AdaIN(), torch.randn(2, 4, 5, 5)
+    plain = torch._dynamo.explain(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert plain(x).graph_break_count == 1  # Dynamo: "Attempted to call function marked as skipped"
+    report = explain(model, x)
+    assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
+    with warnings.catch_warnings(record=True) as eager:
+        warnings.simplefilter("always")
+        expected = model(x)
+    fast = compiled(model)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        outs = [fast(x), fast(x)]
+    assert all(torch.equal(out, expected) for out in outs)
+    (seen,) = {(c, m) for _, _, c, m in _seen(eager, "num_features")}
+    # once per call, as eager; named at the user's line that called the norm (eager: module.py's call)
+    forward_line = _AdaIN.forward.__code__.co_firstlineno + 1
+    assert _seen(got, "num_features") == [(HERE, forward_line, *seen)] * 2
+
+
+def test_a_warning_aimed_at_the_caller_names_the_callers_line_and_one_from_the_data_still_breaks() -> None:
+    model, x = _warned(True), torch.randn(3)
+    with warnings.catch_warnings(record=True) as eager:
+        warnings.simplefilter("always")
+        expected = model(x)
+    assert (explain(model, x).graph_count, explain(model, x).graph_break_count) == (1, 0)
+    fast = compiled(model)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        assert torch.equal(fast(x), expected)
+    assert _seen(got, "scaled twice") == _seen(eager, "scaled twice") != []
+
+    model = _warned(False)
+    report = explain(model, x)
+    assert report.graph_break_count >= 1 and any("skipped" in str(r) for r in report.break_reasons), str(report)
+    with warnings.catch_warnings(record=True) as eager:
+        warnings.simplefilter("always")
+        expected = model(x)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        assert torch.equal(compiled(model)(x), expected)
+    assert _seen(got, "sum ") == _seen(eager, "sum ") != []
+
+
 def test_branch_not_taken_runs_no_side_effect() -> None:
     model = BranchWithPrint()
     fast = compiled(model)
