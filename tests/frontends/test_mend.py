@@ -240,7 +240,8 @@ def test_a_warning_aimed_at_the_caller_names_the_callers_line_and_one_from_the_d
     with warnings.catch_warnings(record=True) as eager:
         warnings.simplefilter("always")
         expected = model(x)
-    assert (explain(model, x).graph_count, explain(model, x).graph_break_count) == (1, 0)
+    report = explain(model, x)
+    assert (report.graph_count, report.graph_break_count) == (1, 0), str(report)
     fast = compiled(model)
     with warnings.catch_warnings(record=True) as got:
         warnings.simplefilter("always")
